@@ -1,0 +1,95 @@
+// Package policy owns the policy document as Go values (SPEC §2), the builder that
+// writes one from Go, and the compiled form that the compiler hands the runtime.
+//
+// It does not validate, normalize or compile: package compiler does. A Policy built
+// here and the same policy written in YAML compile to the same normalized document
+// and digest.
+package policy
+
+import (
+	"github.com/open-policy-agent/opa/v1/rego"
+)
+
+// Policy is a policy document. Pointer fields distinguish "absent" (take the
+// default) from an explicit value; after normalization every default is filled.
+type Policy struct {
+	Schema      string              `json:"$schema,omitempty"`
+	Name        string              `json:"name,omitempty"`
+	Description string              `json:"description,omitempty"`
+	Budget      int64               `json:"budget"`
+	ScarLimit   *int64              `json:"scar_limit,omitempty"`
+	RateLimit   *RateLimit          `json:"rate_limit"`
+	Tools       map[string]ToolRule `json:"tools"`
+	DefaultRule *ToolRule           `json:"default_rule"`
+	ScarWeights *ScarWeights        `json:"scar_weights,omitempty"`
+	Rego        []RegoModule        `json:"rego,omitempty"`
+}
+
+// RateLimit allows at most MaxActions allowed actions in any sliding window of WindowSecs.
+type RateLimit struct {
+	MaxActions int64 `json:"max_actions"`
+	WindowSecs int64 `json:"window_secs"`
+}
+
+// ScarWeights is the weight of each scar severity.
+type ScarWeights struct {
+	Minor    int64 `json:"minor"`
+	Moderate int64 `json:"moderate"`
+	Severe   int64 `json:"severe"`
+}
+
+// ToolRule says what one tool costs and what limits it.
+type ToolRule struct {
+	Cost             int64        `json:"cost"`
+	MaxCalls         *int64       `json:"max_calls,omitempty"`
+	RequiresApproval bool         `json:"requires_approval,omitempty"`
+	When             []Constraint `json:"when,omitempty"`
+	Description      string       `json:"description,omitempty"`
+}
+
+// Constraint is a CEL expression that must hold for a call to be allowed (SPEC §5).
+type Constraint struct {
+	Expr   string `json:"expr"`
+	Reason string `json:"reason"`
+	// Scar is "none", "minor", "moderate" or "severe"; empty means moderate.
+	Scar string `json:"scar,omitempty"`
+}
+
+// RegoModule is a Rego extension (SPEC §6): a file path, inlined at compile
+// time, or the module source itself.
+type RegoModule struct {
+	Path   string `json:"path,omitempty"`
+	Source string `json:"source,omitempty"`
+}
+
+// Defaults of SPEC §2.
+const (
+	DefaultScarLimit = 10
+	DefaultMinor     = 1
+	DefaultModerate  = 3
+	DefaultSevere    = 10
+)
+
+// Module is one Rego module of a compiled policy.
+type Module struct {
+	Name   string // file name, e.g. "policy.rego"
+	Source string
+}
+
+// Compiled is a validated, normalized policy ready to run: the unit the compiler
+// produces and the runtime consumes.
+type Compiled struct {
+	// Digest is "sha256:" + hex SHA-256 of Document.
+	Digest string
+	// Document is the canonical JSON (RFC 8785) of the normalized policy.
+	Document []byte
+	// Policy is the normalized policy: every default filled, extensions inlined.
+	Policy Policy
+	// Modules are the Rego modules: base library, generated policy, extensions.
+	Modules []Module
+	// Query is the Rego query that yields the verdict object.
+	Query string
+	// Options are extra rego options the query needs, such as the CEL builtin
+	// bound to this policy's expressions. Nil when the policy has no CEL.
+	Options []func(*rego.Rego)
+}

@@ -1,0 +1,46 @@
+// Package store owns the durable bytes of agents' logs: it appends encoded records
+// for (agent, seq), reads them back in order and guarantees durability and order.
+//
+// It knows nothing of hashes, verdicts or state: the chain and the fold live in
+// package runtime, so a new backend (PostgreSQL for multi-node) is a small file.
+package store
+
+import "errors"
+
+// Store persists each agent's log as an ordered sequence of records, one encoded
+// record (a single line of JSON, no newline) per seq, starting at seq 0.
+//
+// Implementations are safe for concurrent use. Appends to one agent are issued
+// one at a time by the runtime (it serializes an agent's requests), appends to
+// different agents may run concurrently and should share fsyncs (group commit).
+type Store interface {
+	// Create makes a new, empty log for agent. ErrExists if the agent has a log.
+	// The new log is durable (directory entry included) when Create returns.
+	Create(agent string) error
+	// Append writes recs as the records firstSeq, firstSeq+1, ... of agent's log.
+	// firstSeq must equal the number of records already in the log (ErrSeq
+	// otherwise). Append returns only once every record is durable; if it returns
+	// an error, none of recs counts as written and the log is as before.
+	Append(agent string, firstSeq uint64, recs ...[]byte) error
+	// Scan calls fn with each record of agent's log in order (seq 0 first). The
+	// slice is only valid during the call. A torn tail (a final record that was
+	// only partly written, i.e. without its terminating newline) is not passed
+	// to fn and is discarded before the next Append. ErrNotFound if no log.
+	// An error from fn stops the scan and is returned.
+	Scan(agent string, fn func(seq uint64, rec []byte) error) error
+	// Agents lists the agents with a log, sorted.
+	Agents() ([]string, error)
+	// Close releases resources; pending appends complete first.
+	Close() error
+}
+
+var (
+	// ErrExists is returned by Create for an agent that already has a log.
+	ErrExists = errors.New("store: log already exists")
+	// ErrNotFound is returned for an agent without a log.
+	ErrNotFound = errors.New("store: no such log")
+	// ErrSeq is returned by Append when firstSeq is not the log's length.
+	ErrSeq = errors.New("store: seq out of order")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("store: closed")
+)

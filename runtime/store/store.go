@@ -13,6 +13,12 @@ import "errors"
 // Implementations are safe for concurrent use. Appends to one agent are issued
 // one at a time by the runtime (it serializes an agent's requests), appends to
 // different agents may run concurrently and should share fsyncs (group commit).
+//
+// Agent ids are 1 to MaxAgentID characters of [A-Za-z0-9_.-], not starting
+// with '.'; every method refuses others with ErrBadAgent. A record is a
+// non-empty line of at most MaxRecord bytes without a newline (ErrBadRecord).
+// Errors name the agent (and, for a file, its path); callers branch on the
+// sentinels below with errors.Is.
 type Store interface {
 	// Create makes a new, empty log for agent. ErrExists if the agent has a log.
 	// The new log is durable (directory entry included) when Create returns.
@@ -21,16 +27,26 @@ type Store interface {
 	// firstSeq must equal the number of records already in the log (ErrSeq
 	// otherwise). Append returns only once every record is durable; if it returns
 	// an error, none of recs counts as written and the log is as before.
+	// The store copies recs; the caller may reuse them when Append returns.
+	//
+	// A crash before Append returns may leave none, all, or a prefix of recs
+	// (whole records only) in the log: an append that was never acknowledged
+	// may still have happened, so recovery must accept any such prefix.
 	Append(agent string, firstSeq uint64, recs ...[]byte) error
 	// Scan calls fn with each record of agent's log in order (seq 0 first). The
 	// slice is only valid during the call. A torn tail (a final record that was
 	// only partly written, i.e. without its terminating newline) is not passed
 	// to fn and is discarded before the next Append. ErrNotFound if no log.
-	// An error from fn stops the scan and is returned.
+	// An error from fn stops the scan and is returned unchanged. Scan sees the
+	// records acknowledged before it began; fn may Append to the log it scans
+	// (it must not modify rec, nor Close the store). Bytes that cannot be a
+	// log (an empty line, an over-long line) stop the scan with a *DamageError
+	// (ErrDamaged) naming the first bad seq; records before it are passed on.
 	Scan(agent string, fn func(seq uint64, rec []byte) error) error
 	// Agents lists the agents with a log, sorted.
 	Agents() ([]string, error)
-	// Close releases resources; pending appends complete first.
+	// Close releases resources; pending appends complete first. Every later
+	// call, Close included, returns ErrClosed.
 	Close() error
 }
 

@@ -1,0 +1,218 @@
+package compiler
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	opatypes "github.com/open-policy-agent/opa/v1/types"
+
+	"github.com/lineage-guard/lineage/internal/diag"
+)
+
+// celBuiltin is the Rego builtin through which generated rules ask cel-go whether
+// constraint i holds for the input: lineage.cel(i, input) is true only when the
+// expression evaluates to exactly true (false and errors violate: fail closed).
+const celBuiltin = "lineage.cel"
+
+// celCostLimit bounds the work one expression may do on one request; an
+// expression over it fails (and so violates), it never stalls the guard.
+const celCostLimit = 1_000_000
+
+// CELFunction declares the builtin lineage.cel, for tools that run lineage's
+// Rego outside a compiled policy (the Rego test runner).
+var CELFunction = celDecl
+
+var celDecl = &rego.Function{
+	Name:        celBuiltin,
+	Description: "Evaluates the policy's CEL constraint number i against the input; true only if it holds.",
+	Decl:        opatypes.NewFunction(opatypes.Args(opatypes.N, opatypes.A), opatypes.B),
+}
+
+func celEnv() (*cel.Env, error) {
+	return cel.NewEnv(
+		cel.Variable("tool", cel.StringType),
+		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("state", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("now", cel.TimestampType),
+		cel.CrossTypeNumericComparisons(true),
+	)
+}
+
+// celConstraint is one compiled `when` entry.
+type celConstraint struct {
+	pointer string
+	prg     cel.Program
+}
+
+// compileCEL parses and type-checks an expression. A syntax error, an unknown
+// variable or a non-bool result is a diagnostic at ptr.
+func compileCEL(env *cel.Env, expr, ptr string, pos diag.Position) (cel.Program, diag.List) {
+	parsed, iss := env.Parse(expr)
+	if iss.Err() != nil {
+		return nil, celIssues(diag.CodeCELSyntax, iss, ptr, pos)
+	}
+	checked, iss := env.Check(parsed)
+	if iss.Err() != nil {
+		return nil, celIssues(diag.CodeCELType, iss, ptr, pos)
+	}
+	// dyn is accepted: `args.approved` may well be a bool; at run time anything
+	// that is not exactly true violates the constraint.
+	if t := checked.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
+		return nil, diag.List{{Code: diag.CodeCELType, Pointer: ptr, Position: pos,
+			Message: fmt.Sprintf("CEL expression must be of type bool, not %s", t)}}
+	}
+	prg, err := env.Program(checked, cel.EvalOptions(cel.OptOptimize), cel.CostLimit(celCostLimit))
+	if err != nil {
+		return nil, diag.List{{Code: diag.CodeCELType, Pointer: ptr, Position: pos, Message: err.Error()}}
+	}
+	return prg, nil
+}
+
+func celIssues(code string, iss *cel.Issues, ptr string, pos diag.Position) diag.List {
+	var out diag.List
+	for _, e := range iss.Errors() {
+		d := diag.Diagnostic{Code: code, Pointer: ptr, Position: pos}
+		loc := e.Location
+		msg := e.Message
+		if loc != nil && loc.Line() > 0 {
+			msg = fmt.Sprintf("CEL %s at expression %d:%d", msg, loc.Line(), loc.Column()+1)
+			// A single-line expression starts on its node's line: point at the
+			// column inside the file (exact for plain scalars, one short for quoted).
+			if d.Line > 0 && loc.Line() == 1 {
+				d.Col += loc.Column()
+			} else if d.Line > 0 {
+				d.Line += loc.Line() - 1
+				d.Col = loc.Column() + 1
+			}
+		} else {
+			msg = "CEL " + msg
+		}
+		d.Message = msg
+		out = append(out, d)
+	}
+	return out
+}
+
+// celOption returns the rego option that registers lineage.cel bound to this
+// policy's programs. Each compiled policy gets its own closure, so two policies
+// never see each other's expressions.
+func celOption(progs []cel.Program) func(*rego.Rego) {
+	return rego.Function2(celDecl, func(_ rego.BuiltinContext, idx, input *ast.Term) (*ast.Term, error) {
+		return ast.BooleanTerm(celHolds(progs, idx, input)), nil
+	})
+}
+
+func celHolds(progs []cel.Program, idx, input *ast.Term) bool {
+	n, ok := idx.Value.(ast.Number)
+	if !ok {
+		return false
+	}
+	i, ok := n.Int()
+	if !ok || i < 0 || i >= len(progs) {
+		return false
+	}
+	in, ok := input.Value.(ast.Object)
+	if !ok {
+		return false
+	}
+	req, _ := in.Get(ast.InternedTerm("request")).Value.(ast.Object)
+	st, _ := in.Get(ast.InternedTerm("state")).Value.(ast.Object)
+	if req == nil || st == nil {
+		return false
+	}
+	toolTerm := req.Get(ast.InternedTerm("tool"))
+	tool, ok := toolTerm.Value.(ast.String)
+	if !ok {
+		return false
+	}
+	args, err := celValue(req.Get(ast.InternedTerm("args")))
+	if err != nil {
+		return false
+	}
+	state, err := celValue(&ast.Term{Value: st})
+	if err != nil {
+		return false
+	}
+	atNs, ok := req.Get(ast.InternedTerm("at_ns")).Value.(ast.Number)
+	if !ok {
+		return false
+	}
+	ns, ok := atNs.Int64()
+	if !ok {
+		return false
+	}
+	out, _, err := progs[i].Eval(map[string]any{
+		"tool":  string(tool),
+		"args":  args,
+		"state": state,
+		"now":   time.Unix(0, ns).UTC(),
+	})
+	if err != nil {
+		return false
+	}
+	b, ok := out.Value().(bool)
+	return ok && b
+}
+
+// celValue converts a Rego value into what CEL expects of JSON: integral numbers
+// are int64, other numbers float64 (SPEC §5), objects map[string]any.
+func celValue(t *ast.Term) (any, error) {
+	if t == nil {
+		return nil, nil
+	}
+	switch v := t.Value.(type) {
+	case ast.Null:
+		return nil, nil
+	case ast.Boolean:
+		return bool(v), nil
+	case ast.String:
+		return string(v), nil
+	case ast.Number:
+		return celNumber(json.Number(v))
+	case *ast.Array:
+		out := make([]any, 0, v.Len())
+		var err error
+		v.Foreach(func(e *ast.Term) {
+			if err != nil {
+				return
+			}
+			var x any
+			x, err = celValue(e)
+			out = append(out, x)
+		})
+		return out, err
+	case ast.Object:
+		out := make(map[string]any, v.Len())
+		err := v.Iter(func(k, e *ast.Term) error {
+			ks, ok := k.Value.(ast.String)
+			if !ok {
+				return fmt.Errorf("non-string key %v", k)
+			}
+			x, err := celValue(e)
+			out[string(ks)] = x
+			return err
+		})
+		return out, err
+	case ast.Set:
+		return nil, fmt.Errorf("sets are not JSON")
+	default:
+		return nil, fmt.Errorf("unexpected value %T", t.Value)
+	}
+}
+
+func celNumber(n json.Number) (any, error) {
+	s := string(n)
+	if !strings.ContainsAny(s, ".eE") {
+		if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return i, nil
+		}
+	}
+	return strconv.ParseFloat(s, 64)
+}

@@ -1,0 +1,227 @@
+package compiler
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/google/cel-go/cel"
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+
+	"github.com/lineage-guard/lineage/internal/diag"
+	"github.com/lineage-guard/lineage/internal/source"
+	"github.com/lineage-guard/lineage/policy"
+	lineagerego "github.com/lineage-guard/lineage/rego"
+)
+
+// PolicyModule is the name of the generated module in a compiled policy.
+const PolicyModule = "policy.rego"
+
+// CompileFile reads and compiles a policy file; extension paths in it resolve
+// against the file's directory. The error, if any, is a diag.List.
+func CompileFile(path string) (*policy.Compiled, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, diag.List{{Code: diag.CodeIO, Position: diag.Position{File: path}, Message: err.Error()}}
+	}
+	return Compile(path, data)
+}
+
+// Compile compiles a policy given as JSON or YAML bytes; file names it in
+// diagnostics and locates extension paths ("" for none: the working directory).
+func Compile(file string, data []byte) (*policy.Compiled, error) {
+	doc, diags := source.Load(file, data)
+	if len(diags) > 0 {
+		return nil, diags
+	}
+	dir := "."
+	if file != "" {
+		dir = filepath.Dir(file)
+	}
+	return CompileDocument(doc, dir)
+}
+
+// CompilePolicy compiles a policy built in Go (see policy.New). It yields the
+// same normalized document and digest as the same policy written in YAML.
+func CompilePolicy(p policy.Policy) (*policy.Compiled, error) {
+	raw, err := marshalForCompile(p)
+	if err != nil {
+		return nil, diag.List{{Code: diag.CodeSchema, Message: err.Error()}}
+	}
+	return Compile("", raw)
+}
+
+// CompileDocument compiles an already loaded document (a policy file, or a
+// policy embedded in a conformance case file: positions point into that file).
+func CompileDocument(doc *source.Document, dir string) (*policy.Compiled, error) {
+	if diags := source.Validate(doc, "policy"); len(diags) > 0 {
+		return nil, diags
+	}
+	p, err := decodePolicy(doc.Value)
+	if err != nil {
+		// The schema admitted something the Go types cannot hold: a bug of ours.
+		return nil, diag.List{{Code: diag.CodeSchema, Position: doc.Pos(""), Message: "internal: " + err.Error()}}
+	}
+
+	var diags diag.List
+	exts := make([]*extension, len(p.Rego))
+	for i, m := range p.Rego {
+		e := &extension{name: fmt.Sprintf("ext/%d.rego", i), source: m.Source}
+		if m.Path != "" {
+			e.pointer = diag.Pointer("rego", fmt.Sprint(i), "path")
+			e.pos = doc.Pos(e.pointer)
+			path := m.Path
+			if !filepath.IsAbs(path) {
+				path = filepath.Join(dir, path)
+			}
+			src, err := os.ReadFile(path)
+			if err != nil {
+				diags = append(diags, diag.Diagnostic{Code: diag.CodeIO, Pointer: e.pointer, Position: e.pos,
+					Message: fmt.Sprintf("cannot read extension: %v", err)})
+				continue
+			}
+			e.name, e.fromPath, e.source = path, true, string(src)
+			p.Rego[i] = policy.RegoModule{Source: e.source}
+		} else {
+			e.pointer = diag.Pointer("rego", fmt.Sprint(i), "source")
+			e.pos = doc.Pos(e.pointer)
+		}
+		exts[i] = e
+		diags = append(diags, parseExtension(e)...)
+	}
+
+	n := normalize(p)
+	progs, celDiags := compileConstraints(n, doc)
+	diags = append(diags, celDiags...)
+	if len(diags) > 0 {
+		diags.Sort()
+		return nil, diags
+	}
+
+	canon, digest, err := canonical(n)
+	if err != nil {
+		return nil, diag.List{{Code: diag.CodeSchema, Message: "internal: " + err.Error()}}
+	}
+	c := &policy.Compiled{
+		Digest:   digest,
+		Document: canon,
+		Policy:   n,
+		Query:    lineagerego.Query,
+	}
+	for _, m := range lineagerego.Library() {
+		c.Modules = append(c.Modules, policy.Module{Name: m.Name, Source: m.Source})
+	}
+	c.Modules = append(c.Modules, policy.Module{Name: PolicyModule, Source: generate(n, digest, exts)})
+	for i, e := range exts {
+		c.Modules = append(c.Modules, policy.Module{Name: fmt.Sprintf("ext/%d.rego", i), Source: e.source})
+	}
+	if len(progs) > 0 {
+		c.Options = []func(*rego.Rego){celOption(progs)}
+	}
+	if diags := checkModules(c, exts); len(diags) > 0 {
+		return nil, diags
+	}
+	return c, nil
+}
+
+// compileConstraints type-checks every `when` expression, in the order the
+// generated Rego numbers them: tools by name, then the default rule.
+func compileConstraints(n policy.Policy, doc *source.Document) ([]cel.Program, diag.List) {
+	type rule struct {
+		ptr  []string
+		rule policy.ToolRule
+	}
+	var rules []rule
+	names := make([]string, 0, len(n.Tools))
+	for name := range n.Tools {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		rules = append(rules, rule{[]string{"tools", name}, n.Tools[name]})
+	}
+	if n.DefaultRule != nil {
+		rules = append(rules, rule{[]string{"default_rule"}, *n.DefaultRule})
+	}
+	var (
+		progs []cel.Program
+		diags diag.List
+		env   *cel.Env
+	)
+	for _, r := range rules {
+		for i, c := range r.rule.When {
+			if env == nil {
+				var err error
+				if env, err = celEnv(); err != nil {
+					return nil, diag.List{{Code: diag.CodeCELType, Message: "internal: " + err.Error()}}
+				}
+			}
+			ptr := diag.Pointer(append(r.ptr, "when", fmt.Sprint(i), "expr")...)
+			prg, ds := compileCEL(env, c.Expr, ptr, doc.Pos(ptr))
+			diags = append(diags, ds...)
+			progs = append(progs, prg)
+		}
+	}
+	return progs, diags
+}
+
+// checkModules compiles all modules together with OPA, as the runtime will, so
+// that type errors and unknown references in extensions surface now.
+func checkModules(c *policy.Compiled, exts []*extension) diag.List {
+	parsed := make(map[string]*ast.Module, len(c.Modules))
+	byName := map[string]*extension{}
+	for i, e := range exts {
+		byName[fmt.Sprintf("ext/%d.rego", i)] = e
+	}
+	var diags diag.List
+	for _, m := range c.Modules {
+		if e := byName[m.Name]; e != nil && e.module != nil {
+			parsed[m.Name] = e.module
+			continue
+		}
+		mod, err := ast.ParseModuleWithOpts(m.Name, m.Source, ast.ParserOptions{RegoVersion: ast.RegoV1})
+		if err != nil {
+			diags = append(diags, diag.Diagnostic{Code: diag.CodeRegoCompile, Message: "internal: generated Rego does not parse: " + err.Error()})
+			continue
+		}
+		parsed[m.Name] = mod
+	}
+	if len(diags) > 0 {
+		return diags
+	}
+	caps := ast.CapabilitiesForThisVersion()
+	caps.Builtins = append(caps.Builtins, &ast.Builtin{Name: celDecl.Name, Decl: celDecl.Decl})
+	comp := ast.NewCompiler().WithCapabilities(caps)
+	comp.Compile(parsed)
+	for _, err := range comp.Errors {
+		file := ""
+		if err.Location != nil {
+			file = err.Location.File
+		}
+		// The location's file is the module's name: ext/<i>.rego or the path it was read from.
+		var owner *extension
+		for i, e := range exts {
+			if file == fmt.Sprintf("ext/%d.rego", i) || (e.fromPath && file == e.name) {
+				owner = e
+			}
+		}
+		if owner == nil {
+			diags = append(diags, diag.Diagnostic{Code: diag.CodeRegoCompile, Message: "internal: generated Rego: " + err.Error()})
+			continue
+		}
+		diags = append(diags, owner.at(diag.CodeRegoCompile, err.Location, err.Message))
+	}
+	diags.Sort()
+	return diags
+}
+
+// marshalForCompile writes a Go-built policy as the JSON a user would write.
+func marshalForCompile(p policy.Policy) ([]byte, error) {
+	if p.Tools == nil {
+		p.Tools = map[string]policy.ToolRule{}
+	}
+	return json.Marshal(p)
+}

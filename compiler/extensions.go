@@ -1,0 +1,135 @@
+package compiler
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/lineage-guard/lineage/internal/diag"
+)
+
+// extension is one Rego extension module (SPEC §6) being compiled.
+type extension struct {
+	name     string        // module file name: the path it came from, or ext/<i>.rego
+	pointer  string        // JSON pointer of the entry's path or source
+	pos      diag.Position // position of that node in the policy file
+	fromPath bool          // Rego positions are then positions in a file of their own
+	source   string
+	module   *ast.Module
+}
+
+// extPrefix is the package every extension must live under.
+var extPrefix = ast.MustParseRef("data.lineage.ext")
+
+// forbiddenPrefixes are the outside-world builtin families; any builtin marked
+// nondeterministic by OPA is forbidden too. Replaying a log must reproduce its verdicts.
+var forbiddenPrefixes = []string{"http.", "net.", "io.", "rand.", "uuid.", "opa.", "time.now_ns"}
+
+func forbiddenBuiltin(name string) bool {
+	if b, ok := ast.BuiltinMap[name]; ok && b.Nondeterministic {
+		return true
+	}
+	for _, p := range forbiddenPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// at places a Rego location inside the policy: exactly, for a module read from
+// its own file; at the source node with the module position in the message otherwise.
+func (e *extension) at(code string, loc *ast.Location, msg string) diag.Diagnostic {
+	d := diag.Diagnostic{Code: code, Pointer: e.pointer, Position: e.pos, Message: msg}
+	if loc == nil {
+		return d
+	}
+	if e.fromPath {
+		d.Position = diag.Position{File: e.name, Line: loc.Row, Col: loc.Col}
+	} else {
+		d.Message = fmt.Sprintf("%s (module line %d:%d)", msg, loc.Row, loc.Col)
+	}
+	return d
+}
+
+// parseExtension parses one module and checks what can be checked alone: syntax,
+// the package, the shape of deny/require_approval, forbidden builtins.
+func parseExtension(e *extension) diag.List {
+	m, err := ast.ParseModuleWithOpts(e.name, e.source, ast.ParserOptions{RegoVersion: ast.RegoV1})
+	if err != nil {
+		return regoErrors(e, diag.CodeRegoParse, err)
+	}
+	e.module = m
+	var out diag.List
+	if !m.Package.Path.HasPrefix(extPrefix) || len(m.Package.Path) <= len(extPrefix) {
+		out = append(out, e.at(diag.CodeRegoPackage, m.Package.Location,
+			fmt.Sprintf("extension package %s must be under lineage.ext (e.g. package lineage.ext.payments)",
+				strings.TrimPrefix(m.Package.Path.String(), "data."))))
+	}
+	for _, r := range m.Rules {
+		name := r.Head.Name.String()
+		if len(r.Head.Reference) > 0 {
+			name = r.Head.Reference[0].Value.String()
+		}
+		if (name == "deny" || name == "require_approval") && r.Head.RuleKind() != ast.MultiValue {
+			out = append(out, e.at(diag.CodeRegoCompile, r.Location,
+				fmt.Sprintf("%s must be a set rule (%s contains … if { … })", name, name)))
+		}
+	}
+	seen := map[string]bool{}
+	check := func(name string, loc *ast.Location) {
+		if forbiddenBuiltin(name) && !seen[fmt.Sprint(name, loc)] {
+			seen[fmt.Sprint(name, loc)] = true
+			out = append(out, e.at(diag.CodeRegoBuiltin, loc,
+				fmt.Sprintf("builtin %s is not allowed in extensions: it is nondeterministic or reaches outside, and replaying a log must reproduce its verdicts", name)))
+		}
+	}
+	ast.WalkExprs(m, func(x *ast.Expr) bool {
+		if x.IsCall() {
+			check(x.Operator().String(), x.Location)
+		}
+		return false
+	})
+	ast.WalkTerms(m, func(t *ast.Term) bool {
+		if c, ok := t.Value.(ast.Call); ok && len(c) > 0 {
+			check(c[0].String(), t.Location)
+		}
+		return false
+	})
+	return out
+}
+
+// regoErrors turns OPA's errors into diagnostics placed in the policy.
+func regoErrors(e *extension, code string, err error) diag.List {
+	var out diag.List
+	errs, ok := err.(ast.Errors)
+	if !ok {
+		return diag.List{e.at(code, nil, err.Error())}
+	}
+	for _, x := range errs {
+		out = append(out, e.at(code, x.Location, x.Message))
+	}
+	return out
+}
+
+// extPackages lists the distinct extension packages, sorted, as refs.
+func extPackages(exts []*extension) []ast.Ref {
+	seen := map[string]ast.Ref{}
+	for _, e := range exts {
+		if e.module != nil {
+			seen[e.module.Package.Path.String()] = e.module.Package.Path
+		}
+	}
+	keys := make([]string, 0, len(seen))
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]ast.Ref, len(keys))
+	for i, k := range keys {
+		out[i] = seen[k]
+	}
+	return out
+}

@@ -1,0 +1,8 @@
+package lineage.ext.weekend
+
+# Wires only on weekdays (the request time is part of the input, so replaying
+# a log reproduces the verdict).
+deny contains {"reason": "weekend_wire", "scar": "minor"} if {
+	input.request.tool == "wire"
+	time.weekday(input.request.at_ns) in {"Saturday", "Sunday"}
+}

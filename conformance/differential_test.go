@@ -1,0 +1,318 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/compiler"
+	"github.com/lineage-guard/lineage/conformance/model"
+	"github.com/lineage-guard/lineage/policy"
+	"github.com/lineage-guard/lineage/runtime"
+	"github.com/lineage-guard/lineage/runtime/store"
+)
+
+// The differential test holds the runtime (compiler → Rego → OPA → log → fold)
+// against the independent reference model: seeded random policies × random
+// request / approve / reject / terminate / retry sequences must agree on every
+// verdict, every error and the final state.
+var (
+	diffPolicies  = flag.Int("diff.policies", 250, "random policies in TestDifferential")
+	diffSequences = flag.Int("diff.sequences", 80, "random sequences per policy in TestDifferential")
+	diffSeed      = flag.Uint64("diff.seed", 0, "replay one failing seed (policy seed; see the failure message)")
+	diffSequence  = flag.Int("diff.sequence", -1, "with -diff.seed: replay only this sequence")
+)
+
+var toolPool = []string{"read", "pay", "wire", "llm_turn", "deploy", "email", "run_shell", "fs.write"}
+
+var celPool = []string{
+	"args.amount <= %d",
+	"has(args.amount) && args.amount < %d",
+	"state.spent < %d",
+	"state.remaining >= %d",
+	"size(tool) > %d",
+	"now.getSeconds() >= %d",
+	"state.scar_score < %d",
+	"!has(args.to) || args.to != 'evil%d'",
+}
+
+var severities = []string{"", "none", "minor", "moderate", "severe"}
+
+func randomRule(r *rand.Rand) policy.ToolRule {
+	rule := policy.Cost(int64(r.IntN(4)))
+	if r.IntN(3) == 0 {
+		rule = rule.WithMaxCalls(int64(1 + r.IntN(3)))
+	}
+	if r.IntN(4) == 0 {
+		rule = rule.WithApproval()
+	}
+	for n := r.IntN(4) - 1; n > 0; n-- {
+		rule = rule.WithConstraint(fmt.Sprintf(celPool[r.IntN(len(celPool))], r.IntN(8)),
+			fmt.Sprintf("c%d", r.IntN(3)), severities[r.IntN(len(severities))])
+	}
+	return rule
+}
+
+func randomPolicy(r *rand.Rand) policy.Policy {
+	b := policy.New(int64(r.IntN(12)))
+	for _, t := range toolPool[:2+r.IntN(4)] {
+		if r.IntN(5) > 0 {
+			b.Allow(t, randomRule(r))
+		}
+	}
+	if r.IntN(4) == 0 {
+		b.DefaultRule(randomRule(r))
+	}
+	if r.IntN(2) == 0 {
+		b.RateLimit(int64(1+r.IntN(4)), int64(1+r.IntN(5)))
+	}
+	if r.IntN(2) == 0 {
+		b.ScarLimit(int64(1 + r.IntN(15)))
+	}
+	if r.IntN(3) == 0 {
+		b.ScarWeights(int64(1+r.IntN(3)), int64(1+r.IntN(5)), int64(1+r.IntN(10)))
+	}
+	return b.Policy()
+}
+
+// op is one step of a sequence, applied to both sides.
+type op struct {
+	kind string // request, approve, reject, terminate
+	req  lineage.Request
+	id   string
+	by   string
+}
+
+func (o op) String() string {
+	switch o.kind {
+	case "request":
+		args, _ := json.Marshal(o.req.Args)
+		return fmt.Sprintf("request{id:%q tool:%s args:%s at:%s}", o.req.ID, o.req.Tool, args, o.req.At.Sub(Genesis))
+	case "terminate":
+		return fmt.Sprintf("terminate{by:%s at:%s}", o.by, o.req.At.Sub(Genesis))
+	default:
+		return fmt.Sprintf("%s{id:%q by:%s at:%s}", o.kind, o.id, o.by, o.req.At.Sub(Genesis))
+	}
+}
+
+func randomOps(r *rand.Rand, n int) []op {
+	var ops []op
+	var ids []string
+	now := Genesis
+	for i := 0; i < n; i++ {
+		switch x := r.IntN(100); {
+		case x < 3:
+			now = now.Add(-time.Duration(1 + r.IntN(2e9))) // time backwards: an error on both sides
+		case x < 60:
+			now = now.Add(time.Duration(r.IntN(1500)) * time.Millisecond)
+		case x < 70:
+			now = now.Add(time.Duration(r.IntN(3)) * time.Second) // exact window edges
+		}
+		o := op{req: lineage.Request{At: now}}
+		switch x := r.IntN(100); {
+		case x < 70:
+			o.kind = "request"
+			o.req.Tool = toolPool[r.IntN(len(toolPool))]
+			if r.IntN(10) == 0 {
+				o.req.Tool = "bad tool!"
+			}
+			switch y := r.IntN(10); {
+			case y < 4:
+				o.req.ID = fmt.Sprintf("r%d", len(ids))
+				ids = append(ids, o.req.ID)
+			case y < 6 && len(ids) > 0:
+				o.req.ID = ids[r.IntN(len(ids))] // a retry, or an id conflict
+			case y == 6:
+				o.req.ID = fmt.Sprintf("req_%d", 2+r.IntN(6)) // an assigned id: retry or reserved
+			}
+			if r.IntN(4) > 0 {
+				args := map[string]any{}
+				if r.IntN(3) > 0 {
+					args["amount"] = json.Number(fmt.Sprint(r.IntN(10)))
+					if r.IntN(4) == 0 {
+						args["amount"] = json.Number(fmt.Sprintf("%d.5", r.IntN(10)))
+					}
+				}
+				if r.IntN(4) == 0 {
+					args["to"] = fmt.Sprintf("evil%d", r.IntN(3))
+				}
+				o.req.Args = args
+			}
+		case x < 85:
+			o.kind = "approve"
+		case x < 95:
+			o.kind = "reject"
+		default:
+			o.kind = "terminate"
+			o.by = "ops"
+		}
+		if o.kind == "approve" || o.kind == "reject" {
+			o.by = []string{"alice", "bob", "", "$self"}[r.IntN(4)]
+			if r.IntN(5) == 0 {
+				o.by = "alice"
+			}
+			o.id = fmt.Sprintf("req_%d", 2+r.IntN(12))
+			if len(ids) > 0 && r.IntN(2) == 0 {
+				o.id = ids[r.IntN(len(ids))]
+			}
+		}
+		ops = append(ops, o)
+	}
+	return ops
+}
+
+var sentinels = []error{lineage.ErrBadRequest, lineage.ErrIDConflict, lineage.ErrSealed, lineage.ErrNotPending,
+	lineage.ErrBadApprover, lineage.ErrTimeBackwards}
+
+func errClass(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	for _, s := range sentinels {
+		if errors.Is(err, s) {
+			return s.Error()
+		}
+	}
+	return "other: " + err.Error()
+}
+
+// comparable strips what only the runtime has (the chain head).
+func comparableState(s lineage.State) lineage.State {
+	s.Head = ""
+	s.Agent = ""
+	if len(s.Window) == 0 {
+		s.Window = nil
+	}
+	for i, t := range s.Window {
+		s.Window[i] = lineage.Time{Time: t.UTC()}
+	}
+	return s
+}
+
+type diffSide struct {
+	rt    *runtime.Runtime
+	c     *policy.Compiled
+	agent string
+}
+
+// runSequence runs ops on a fresh agent on both sides; it returns the first disagreement.
+func runSequence(ctx context.Context, side *diffSide, ops []op) error {
+	agent, err := side.rt.CreateAgent(ctx, side.c, runtime.CreateOptions{At: Genesis})
+	if err != nil {
+		return fmt.Errorf("create: %v", err)
+	}
+	m, err := model.New(agent, side.c.Policy, Genesis)
+	if err != nil {
+		return fmt.Errorf("model: %v", err)
+	}
+	for i, o := range ops {
+		var (
+			gv, wv     lineage.Verdict
+			gerr, werr error
+		)
+		if o.by == "$self" { // the agent approving itself: refused on both sides
+			o.by = agent
+		}
+		switch o.kind {
+		case "request":
+			gv, gerr = side.rt.Request(ctx, agent, o.req)
+			wv, werr = m.Request(o.req)
+		case "approve":
+			gv, gerr = side.rt.Approve(ctx, agent, runtime.Approval{RequestID: o.id, By: o.by, At: o.req.At})
+			wv, werr = m.Approve(o.id, o.by, o.req.At)
+		case "reject":
+			gv, gerr = side.rt.Reject(ctx, agent, runtime.Approval{RequestID: o.id, By: o.by, At: o.req.At})
+			wv, werr = m.Reject(o.id, o.by, o.req.At)
+		case "terminate":
+			_, gerr = side.rt.Terminate(ctx, agent, runtime.Kill{By: o.by, At: o.req.At})
+			werr = m.Terminate(o.by, o.req.At)
+		}
+		if errClass(gerr) != errClass(werr) {
+			return fmt.Errorf("op %d %s: runtime error %q, model error %q", i, o, errClass(gerr), errClass(werr))
+		}
+		if !reflect.DeepEqual(gv, wv) {
+			return fmt.Errorf("op %d %s:\n  runtime %s\n  model   %s", i, o, show(gv), show(wv))
+		}
+	}
+	got, err := side.rt.State(ctx, agent)
+	if err != nil {
+		return err
+	}
+	gs, ws := comparableState(got), comparableState(m.State())
+	if !reflect.DeepEqual(gs, ws) {
+		return fmt.Errorf("final state:\n  runtime %s\n  model   %s", show(gs), show(ws))
+	}
+	if err := side.rt.Verify(agent); err != nil {
+		return fmt.Errorf("chain: %v", err)
+	}
+	return nil
+}
+
+func newDiffSide(t testing.TB, p policy.Policy) *diffSide {
+	c, err := compiler.CompilePolicy(p)
+	if err != nil {
+		raw, _ := json.Marshal(p)
+		t.Fatalf("random policy does not compile: %v\n%s", err, raw)
+	}
+	n := 0 // each sequence gets a fresh agent on the shared runtime (one prepared query per policy)
+	rt := runtime.Open(store.NewMemory(), runtime.Options{NewAgentID: func() string { n++; return fmt.Sprintf("agt_diff_%d", n) }})
+	return &diffSide{rt: rt, c: c}
+}
+
+func TestDifferential(t *testing.T) {
+	ctx := context.Background()
+	policies, sequences := *diffPolicies, *diffSequences
+	if testing.Short() {
+		policies, sequences = 20, 20
+	}
+	first := uint64(1)
+	if *diffSeed != 0 {
+		first, policies = *diffSeed, 1
+	}
+	total := 0
+	for ps := first; ps < first+uint64(policies); ps++ {
+		r := rand.New(rand.NewPCG(ps, 0x11ea9e))
+		p := randomPolicy(r)
+		side := newDiffSide(t, p)
+		for s := 0; s < sequences; s++ {
+			if *diffSequence >= 0 && s != *diffSequence {
+				continue
+			}
+			sr := rand.New(rand.NewPCG(ps, uint64(s)))
+			ops := randomOps(sr, 5+sr.IntN(30))
+			if err := runSequence(ctx, side, ops); err != nil {
+				raw, _ := json.Marshal(p)
+				t.Fatalf("disagreement (replay: go test ./conformance -run TestDifferential -diff.seed %d -diff.sequence %d)\npolicy %s\n%v",
+					ps, s, raw, err)
+			}
+			total++
+		}
+	}
+	t.Logf("%d sequences agreed", total)
+	if *diffSeed == 0 && !testing.Short() && total < 20000 {
+		t.Fatalf("ran %d sequences, the suite promises at least 20,000", total)
+	}
+}
+
+// FuzzDifferential keeps generating policies and sequences from fuzzed seeds.
+func FuzzDifferential(f *testing.F) {
+	for i := uint64(0); i < 8; i++ {
+		f.Add(i, i*7)
+	}
+	ctx := context.Background()
+	f.Fuzz(func(t *testing.T, policySeed, seqSeed uint64) {
+		r := rand.New(rand.NewPCG(policySeed, 0x11ea9e))
+		side := newDiffSide(t, randomPolicy(r))
+		sr := rand.New(rand.NewPCG(policySeed, seqSeed))
+		if err := runSequence(ctx, side, randomOps(sr, 5+sr.IntN(40))); err != nil {
+			t.Fatalf("policy seed %d, sequence seed %d: %v", policySeed, seqSeed, err)
+		}
+	})
+}

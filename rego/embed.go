@@ -1,0 +1,54 @@
+// Package rego holds lineage's base Rego library: the decision order of SPEC §4
+// (steps 3–8) and the terminations that follow a verdict, over the policy module
+// the compiler generates. The library is data (embedded .rego files) plus its
+// own *_test.rego tests; it holds no Go logic.
+package rego
+
+import (
+	"embed"
+	"io/fs"
+	"sort"
+	"strings"
+)
+
+//go:embed *.rego
+var files embed.FS
+
+// Module is one embedded library module.
+type Module struct {
+	Name   string
+	Source string
+}
+
+// Library returns the library modules (tests excluded), sorted by name.
+func Library() []Module {
+	return list(func(name string) bool { return !strings.HasSuffix(name, "_test.rego") })
+}
+
+// Tests returns the library's own Rego tests.
+func Tests() []Module {
+	return list(func(name string) bool { return strings.HasSuffix(name, "_test.rego") })
+}
+
+func list(keep func(string) bool) []Module {
+	entries, err := fs.ReadDir(files, ".")
+	if err != nil {
+		panic(err) // embedded: cannot fail
+	}
+	var out []Module
+	for _, e := range entries {
+		if !keep(e.Name()) {
+			continue
+		}
+		b, err := files.ReadFile(e.Name())
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, Module{Name: "lineage/" + e.Name(), Source: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Query is the Rego query whose single result is the verdict object.
+const Query = "data.lineage.guard.verdict"

@@ -1,0 +1,21 @@
+# Helpers for Rego extensions (SPEC §6). The compiler generates, for each extension
+# package P, the rules that gather P.deny and P.require_approval into
+# data.lineage.policy; this package turns the gathered denials into one.
+package lineage.extlib
+
+severity_rank := {"none": 0, "minor": 1, "moderate": 2, "severe": 3}
+
+# normalize turns one element of an extension's deny set into {reason, scar}.
+# Anything malformed fails closed: a denial naming the problem, without a scar.
+normalize(d) := {"reason": d.reason, "scar": object.get(d, "scar", "moderate")} if {
+	is_object(d)
+	is_string(d.reason)
+	severity_rank[object.get(d, "scar", "moderate")]
+} else := {"reason": "invalid_extension_deny", "scar": "none"}
+
+# strongest is the denial of highest severity; ties go to the smallest reason.
+strongest(denies) := {"decision": "deny", "reason": first[1], "scar": first[2], "cost": 0} if {
+	count(denies) > 0
+	ranked := sort([[0 - severity_rank[d.scar], d.reason, d.scar] | some d in denies])
+	first := ranked[0]
+}

@@ -1,0 +1,165 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/metrics"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/topdown"
+
+	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/policy"
+)
+
+// engine is one compiled policy's prepared OPA query, shared by every agent
+// with that policy (keyed by digest).
+type engine struct {
+	compiled *policy.Compiled
+	query    rego.PreparedEvalQuery
+	// cancel is never fired: passing an external Cancel stops OPA from starting
+	// a goroutine per evaluation to watch the context.
+	cancel  topdown.Cancel
+	metrics metrics.Metrics
+}
+
+func newEngine(ctx context.Context, c *policy.Compiled) (*engine, error) {
+	opts := []func(*rego.Rego){
+		rego.Query(c.Query),
+		rego.SetRegoVersion(ast.RegoV1),
+		rego.GenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }),
+	}
+	for _, m := range c.Modules {
+		opts = append(opts, rego.Module(m.Name, m.Source))
+	}
+	opts = append(opts, c.Options...)
+	pq, err := rego.New(opts...).PrepareForEval(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("preparing policy %s: %w", c.Digest, err)
+	}
+	return &engine{compiled: c, query: pq, cancel: topdown.NewCancel(), metrics: metrics.NoOp()}, nil
+}
+
+// decision is the Rego verdict object, mapped without further rule logic.
+type decision struct {
+	decision   lineage.Decision
+	reason     string
+	cost       int64
+	scar       lineage.Severity // "" for none
+	weight     int64
+	terminated lineage.Termination
+}
+
+type mode string
+
+const (
+	modeRequest mode = "request"
+	modeApprove mode = "approve"
+	modeReject  mode = "reject"
+)
+
+var (
+	kMode, kRequest, kState, kRateKth = ast.InternedTerm("mode"), ast.InternedTerm("request"), ast.InternedTerm("state"), ast.InternedTerm("rate_kth_ns")
+	kID, kTool, kArgs, kAt, kAtNs     = ast.InternedTerm("id"), ast.InternedTerm("tool"), ast.InternedTerm("args"), ast.InternedTerm("at"), ast.InternedTerm("at_ns")
+	kBudget, kSpent, kRemaining       = ast.InternedTerm("budget"), ast.InternedTerm("spent"), ast.InternedTerm("remaining")
+	kScarScore, kCalls                = ast.InternedTerm("scar_score"), ast.InternedTerm("calls")
+	kDecision, kReason, kCost, kScar  = ast.InternedTerm("decision"), ast.InternedTerm("reason"), ast.InternedTerm("cost"), ast.InternedTerm("scar")
+	kWeight, kTerminated              = ast.InternedTerm("weight"), ast.InternedTerm("terminated")
+)
+
+// input builds the query input as an ast.Value directly (SPEC §5–§6 plus the
+// rate-limit figure), so OPA need not convert Go values.
+func input(m mode, id, tool string, args ast.Value, at time.Time, f *folded) ast.Value {
+	req := ast.NewObject(
+		ast.Item(kID, ast.StringTerm(id)),
+		ast.Item(kTool, ast.StringTerm(tool)),
+		ast.Item(kArgs, ast.NewTerm(args)),
+		ast.Item(kAt, ast.StringTerm(at.UTC().Format(time.RFC3339Nano))),
+		ast.Item(kAtNs, ast.IntNumberTerm(int(at.UnixNano()))),
+	)
+	calls := ast.NewObject()
+	for name, n := range f.calls {
+		calls.Insert(ast.StringTerm(name), ast.IntNumberTerm(int(n)))
+	}
+	state := ast.NewObject(
+		ast.Item(kBudget, ast.IntNumberTerm(int(f.budget))),
+		ast.Item(kSpent, ast.IntNumberTerm(int(f.spent))),
+		ast.Item(kRemaining, ast.IntNumberTerm(int(f.budget-f.spent))),
+		ast.Item(kScarScore, ast.IntNumberTerm(int(f.scarScore))),
+		ast.Item(kCalls, ast.NewTerm(calls)),
+	)
+	in := ast.NewObject(
+		ast.Item(kMode, ast.StringTerm(string(m))),
+		ast.Item(kRequest, ast.NewTerm(req)),
+		ast.Item(kState, ast.NewTerm(state)),
+	)
+	if kth, ok := f.rateKth(); ok {
+		in.Insert(kRateKth, ast.IntNumberTerm(int(kth)))
+	}
+	return in
+}
+
+// decide evaluates the policy for one input.
+func (e *engine) decide(ctx context.Context, in ast.Value) (decision, error) {
+	rs, err := e.query.Eval(ctx,
+		rego.EvalParsedInput(in),
+		rego.EvalMetrics(e.metrics),
+		rego.EvalExternalCancel(e.cancel),
+	)
+	if err != nil {
+		return decision{}, fmt.Errorf("evaluating policy %s: %w", e.compiled.Digest, err)
+	}
+	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
+		return decision{}, fmt.Errorf("policy %s produced no verdict", e.compiled.Digest)
+	}
+	t, ok := rs[0].Expressions[0].Value.(*ast.Term)
+	if !ok {
+		return decision{}, fmt.Errorf("policy %s: unexpected result %T", e.compiled.Digest, rs[0].Expressions[0].Value)
+	}
+	return mapVerdict(t)
+}
+
+func mapVerdict(t *ast.Term) (decision, error) {
+	obj, ok := t.Value.(ast.Object)
+	if !ok {
+		return decision{}, fmt.Errorf("verdict is not an object: %v", t)
+	}
+	var d decision
+	str := func(k *ast.Term) string {
+		if v := obj.Get(k); v != nil {
+			if s, ok := v.Value.(ast.String); ok {
+				return string(s)
+			}
+		}
+		return ""
+	}
+	num := func(k *ast.Term) int64 {
+		if v := obj.Get(k); v != nil {
+			if n, ok := v.Value.(ast.Number); ok {
+				if i, ok := n.Int64(); ok {
+					return i
+				}
+			}
+		}
+		return 0
+	}
+	d.decision = lineage.Decision(str(kDecision))
+	d.reason = str(kReason)
+	d.cost = num(kCost)
+	if s := str(kScar); s != "none" {
+		d.scar = lineage.Severity(s)
+	}
+	d.weight = num(kWeight)
+	d.terminated = lineage.Termination(str(kTerminated))
+	switch d.decision {
+	case lineage.Allow, lineage.Deny, lineage.Pending:
+	default:
+		return decision{}, fmt.Errorf("verdict has no valid decision: %v", t)
+	}
+	if d.reason == "" {
+		return decision{}, fmt.Errorf("verdict has no reason: %v", t)
+	}
+	return d, nil
+}

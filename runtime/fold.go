@@ -1,0 +1,218 @@
+package runtime
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/lineage-guard/lineage"
+)
+
+// folded is an agent's state as the fold keeps it (SPEC §8), plus what the
+// bookkeeping needs: the request ids seen (for idempotent retries) and the
+// window of allowed times as a ring of the last max_actions.
+type folded struct {
+	agent       string
+	seq         uint64
+	head        string
+	lastAt      time.Time
+	status      lineage.Status
+	termination lineage.Termination
+	budget      int64
+	spent       int64
+	scarScore   int64
+	scars       [3]int64 // minor, moderate, severe
+	calls       map[string]int64
+	pending     map[string]lineage.RecordedRequest
+	seen        map[string]*seenRequest
+
+	digest     string
+	policyDoc  json.RawMessage
+	maxActions int     // 0: no rate limit
+	window     []int64 // ring of allowed times (unix ns), len == maxActions when full
+	windowNext int     // ring index of the oldest entry once full
+}
+
+// seenRequest is what a retry needs: the request's fingerprint (to detect an
+// id_conflict) and the verdict that is current for it (D2).
+type seenRequest struct {
+	fingerprint [32]byte
+	verdict     lineage.Verdict
+}
+
+func newFolded() *folded {
+	return &folded{
+		status:  lineage.Alive,
+		calls:   map[string]int64{},
+		pending: map[string]lineage.RecordedRequest{},
+		seen:    map[string]*seenRequest{},
+	}
+}
+
+// fingerprint identifies a request's content: its tool and canonical args.
+func fingerprint(tool string, canonArgs []byte) [32]byte {
+	h := sha256.New()
+	h.Write([]byte(tool))
+	h.Write([]byte{0})
+	h.Write(canonArgs)
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// fold applies one record to the state. It is the only code that changes
+// state: replaying a log and appending to it both go through here, so live
+// state equals a full replay by construction. body is the record's decoded body.
+func (f *folded) fold(rec lineage.Record, body any) error {
+	switch b := body.(type) {
+	case *lineage.GenesisBody:
+		f.agent = b.Agent
+	case *lineage.PolicyBody:
+		var p struct {
+			Budget    int64 `json:"budget"`
+			RateLimit *struct {
+				MaxActions int64 `json:"max_actions"`
+			} `json:"rate_limit"`
+		}
+		if err := json.Unmarshal(b.Policy, &p); err != nil {
+			return fmt.Errorf("policy record: %w", err)
+		}
+		f.digest, f.policyDoc, f.budget = b.Digest, b.Policy, p.Budget
+		if p.RateLimit != nil && p.RateLimit.MaxActions > 0 {
+			f.maxActions = int(p.RateLimit.MaxActions)
+		}
+	case *lineage.ActionBody:
+		v := b.Verdict
+		args, err := canonicalJSON(argsOrEmpty(b.Request.Args))
+		if err != nil {
+			return err
+		}
+		f.seen[b.Request.ID] = &seenRequest{fingerprint: fingerprint(b.Request.Tool, args), verdict: v}
+		switch v.Decision {
+		case lineage.Allow:
+			f.allowed(b.Request.Tool, v.Cost, rec.At.Time)
+		case lineage.Pending:
+			f.pending[b.Request.ID] = b.Request
+		case lineage.Deny:
+			if v.Scar != nil {
+				f.scarScore += v.Scar.Weight
+				f.scars[severityIndex(v.Scar.Severity)]++
+			}
+		}
+	case *lineage.ApprovalBody:
+		req, ok := f.pending[b.RequestID]
+		if !ok {
+			return fmt.Errorf("approval of %q, which is not pending", b.RequestID)
+		}
+		delete(f.pending, b.RequestID)
+		if s := f.seen[b.RequestID]; s != nil {
+			s.verdict = b.Verdict
+		}
+		if b.Verdict.Decision == lineage.Allow {
+			f.allowed(req.Tool, b.Verdict.Cost, rec.At.Time)
+		}
+	case *lineage.TerminationBody:
+		f.status, f.termination = lineage.Terminated, b.Reason
+		clear(f.pending) // D11: pending requests are void
+	default:
+		return fmt.Errorf("unknown record body %T", body)
+	}
+	f.seq, f.head, f.lastAt = rec.Seq, rec.Hash, rec.At.Time
+	return nil
+}
+
+func (f *folded) allowed(tool string, cost int64, at time.Time) {
+	f.spent += cost
+	f.calls[tool]++
+	if f.maxActions == 0 {
+		return
+	}
+	ns := at.UnixNano()
+	if len(f.window) < f.maxActions {
+		f.window = append(f.window, ns)
+		return
+	}
+	f.window[f.windowNext] = ns
+	f.windowNext = (f.windowNext + 1) % f.maxActions
+}
+
+// rateKth is the time of the max_actions-th most recent allowed action, if
+// there have been that many: the one number the Rego's rate check compares.
+func (f *folded) rateKth() (int64, bool) {
+	if f.maxActions == 0 || len(f.window) < f.maxActions {
+		return 0, false
+	}
+	return f.window[f.windowNext], true
+}
+
+func severityIndex(s lineage.Severity) int {
+	switch s {
+	case lineage.Minor:
+		return 0
+	case lineage.Moderate:
+		return 1
+	default:
+		return 2
+	}
+}
+
+func argsOrEmpty(a map[string]any) map[string]any {
+	if a == nil {
+		return map[string]any{}
+	}
+	return a
+}
+
+// decodeBody parses a record's body by its kind.
+func decodeBody(rec lineage.Record) (any, error) {
+	var body any
+	switch rec.Kind {
+	case lineage.KindGenesis:
+		body = &lineage.GenesisBody{}
+	case lineage.KindPolicy:
+		body = &lineage.PolicyBody{}
+	case lineage.KindAction:
+		body = &lineage.ActionBody{}
+	case lineage.KindApproval:
+		body = &lineage.ApprovalBody{}
+	case lineage.KindTermination:
+		body = &lineage.TerminationBody{}
+	default:
+		return nil, fmt.Errorf("unknown record kind %q", rec.Kind)
+	}
+	dec := json.NewDecoder(bytesReader(rec.Body))
+	dec.UseNumber()
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(body); err != nil {
+		return nil, fmt.Errorf("%s body: %w", rec.Kind, err)
+	}
+	return body, nil
+}
+
+// State returns the SPEC §8 view of the fold (a copy).
+func (f *folded) State() lineage.State {
+	s := lineage.State{
+		Agent: f.agent, Seq: f.seq, Head: f.head, Status: f.status, Termination: f.termination,
+		Budget: f.budget, Spent: f.spent, Remaining: f.budget - f.spent, ScarScore: f.scarScore,
+		Scars: map[lineage.Severity]int64{
+			lineage.Minor: f.scars[0], lineage.Moderate: f.scars[1], lineage.Severe: f.scars[2]},
+		Calls:   make(map[string]int64, len(f.calls)),
+		Window:  make([]lineage.Time, 0, len(f.window)),
+		Pending: make(map[string]lineage.RecordedRequest, len(f.pending)),
+	}
+	for k, v := range f.calls {
+		s.Calls[k] = v
+	}
+	for i := range f.window {
+		idx := i
+		if len(f.window) == f.maxActions {
+			idx = (f.windowNext + i) % f.maxActions
+		}
+		s.Window = append(s.Window, lineage.Time{Time: time.Unix(0, f.window[idx]).UTC()})
+	}
+	for k, v := range f.pending {
+		s.Pending[k] = v
+	}
+	return s
+}

@@ -1,0 +1,193 @@
+package runtime
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/lineage-guard/lineage"
+)
+
+// Limits on a request (SPEC §3): larger or deeper requests are errors.
+const (
+	MaxRequestBytes = 64 << 10
+	MaxArgsDepth    = 32
+	MaxIDBytes      = 256
+)
+
+var (
+	toolName   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$`)
+	reservedID = regexp.MustCompile(`^req_[0-9]+$`)
+)
+
+// checkedRequest is a validated request: its args in canonical JSON (for the
+// log, the size limit and retries) and as a Rego value (for the query).
+type checkedRequest struct {
+	id        string
+	tool      string
+	args      map[string]any // decoded from canonical JSON, numbers as json.Number
+	canonArgs []byte
+	argsValue ast.Value
+}
+
+func badRequest(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", lineage.ErrBadRequest, fmt.Sprintf(format, a...))
+}
+
+// checkRequest validates a request; nothing about it is recorded when it fails.
+func checkRequest(req lineage.Request) (*checkedRequest, error) {
+	switch {
+	case req.Tool == "":
+		return nil, badRequest("tool is required")
+	case !utf8.ValidString(req.Tool) || !toolName.MatchString(req.Tool):
+		return nil, badRequest("tool name %q does not match %s", req.Tool, toolName)
+	case !utf8.ValidString(req.ID):
+		return nil, badRequest("id is not valid UTF-8")
+	case len(req.ID) > MaxIDBytes:
+		return nil, badRequest("id is %d bytes, over the limit of %d", len(req.ID), MaxIDBytes)
+	}
+	args := argsOrEmpty(req.Args)
+	if err := checkValue(args, "/args", 1); err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, badRequest("args are not JSON: %v", err)
+	}
+	canon, err := canonicalJSON(json.RawMessage(raw))
+	if err != nil {
+		return nil, badRequest("args are not JSON: %v", err)
+	}
+	if n := len(canon) + len(req.ID) + len(req.Tool); n > MaxRequestBytes {
+		return nil, badRequest("request is %d bytes, over the limit of %d", n, MaxRequestBytes)
+	}
+	var decoded map[string]any
+	dec := json.NewDecoder(bytesReader(canon))
+	dec.UseNumber()
+	if err := dec.Decode(&decoded); err != nil {
+		return nil, badRequest("args: %v", err)
+	}
+	v, err := ast.InterfaceToValue(decoded)
+	if err != nil {
+		return nil, badRequest("args: %v", err)
+	}
+	return &checkedRequest{id: req.ID, tool: req.Tool, args: decoded, canonArgs: canon, argsValue: v}, nil
+}
+
+// checkValue walks args: only JSON values, valid UTF-8, bounded depth, and
+// numbers that survive canonical JSON exactly (|n| ≤ 2^53, finite).
+func checkValue(v any, at string, depth int) error {
+	if depth > MaxArgsDepth {
+		return badRequest("args nest deeper than %d levels at %s", MaxArgsDepth, at)
+	}
+	switch x := v.(type) {
+	case nil, bool:
+	case string:
+		if !utf8.ValidString(x) {
+			return badRequest("invalid UTF-8 in the string at %s", at)
+		}
+	case json.Number:
+		f, err := strconv.ParseFloat(string(x), 64)
+		if err != nil || math.IsInf(f, 0) {
+			return badRequest("bad number %q at %s", string(x), at)
+		}
+		if math.Abs(f) > 1<<53 {
+			return badRequest("number %s at %s exceeds 2^53 and cannot be kept exactly; send it as a string", x, at)
+		}
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) || math.Abs(x) > 1<<53 {
+			return badRequest("number %v at %s is not exactly representable in JSON", x, at)
+		}
+	case float32:
+		return checkValue(float64(x), at, depth)
+	case int, int8, int16, int32, uint8, uint16, uint32:
+	case int64:
+		if x > 1<<53 || x < -(1<<53) {
+			return badRequest("number %d at %s exceeds 2^53; send it as a string", x, at)
+		}
+	case uint, uint64:
+		if toUint(x) > 1<<53 {
+			return badRequest("number %v at %s exceeds 2^53; send it as a string", x, at)
+		}
+	case map[string]any:
+		for k, e := range x {
+			if !utf8.ValidString(k) {
+				return badRequest("invalid UTF-8 in a key at %s", at)
+			}
+			if err := checkValue(e, at+"/"+escapePointer(k), depth+1); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if err := checkValue(e, at+"/"+strconv.Itoa(i), depth+1); err != nil {
+				return err
+			}
+		}
+	default:
+		return badRequest("value of type %T at %s is not JSON", v, at)
+	}
+	return nil
+}
+
+func toUint(v any) uint64 {
+	switch x := v.(type) {
+	case uint:
+		return uint64(x)
+	case uint64:
+		return x
+	}
+	return 0
+}
+
+func escapePointer(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+// ParseArgs decodes request args given as JSON text (the CLI's --args): they
+// must be one JSON object; numbers stay exact (json.Number).
+func ParseArgs(text string) (map[string]any, error) {
+	if !utf8.ValidString(text) {
+		return nil, badRequest("args are not valid UTF-8")
+	}
+	if len(text) > MaxRequestBytes {
+		return nil, badRequest("args are %d bytes, over the limit of %d", len(text), MaxRequestBytes)
+	}
+	dec := json.NewDecoder(strings.NewReader(text))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, badRequest("args are not JSON: %v", err)
+	}
+	if dec.More() {
+		return nil, badRequest("args: unexpected data after the JSON object")
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, badRequest("args must be a JSON object, got %s", jsonKind(v))
+	}
+	return m, nil
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case string:
+		return "a string"
+	case json.Number:
+		return "a number"
+	case []any:
+		return "an array"
+	default:
+		return fmt.Sprintf("%T", v)
+	}
+}

@@ -1,0 +1,465 @@
+package runtime
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/policy"
+	"github.com/lineage-guard/lineage/runtime/store"
+)
+
+// Options configure a Runtime.
+type Options struct {
+	// Compile turns a normalized policy document (from a log's record 1) back
+	// into a compiled policy when an existing agent is opened. The CLI passes
+	// the compiler's; the runtime itself never compiles.
+	Compile func(doc []byte) (*policy.Compiled, error)
+	// Clock gives the time of requests that carry none; nil means time.Now.
+	Clock func() time.Time
+	// NewAgentID makes agent ids; nil means "agt_" + 26 random base32 letters.
+	NewAgentID func() string
+}
+
+// Runtime guards agents: it decides their requests and keeps their logs.
+// It is safe for concurrent use: requests of one agent are serialized, agents
+// run in parallel.
+type Runtime struct {
+	store   store.Store
+	opts    Options
+	mu      sync.Mutex
+	agents  map[string]*agent
+	engines map[string]*engineSlot
+}
+
+type engineSlot struct {
+	once sync.Once
+	eng  *engine
+	err  error
+}
+
+type agent struct {
+	mu  sync.Mutex
+	id  string
+	f   *folded
+	eng *engine
+}
+
+// Open starts a runtime over a store. Agents are loaded (their logs replayed
+// and verified) on first use.
+func Open(st store.Store, opts Options) *Runtime {
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.NewAgentID == nil {
+		opts.NewAgentID = newAgentID
+	}
+	return &Runtime{store: st, opts: opts, agents: map[string]*agent{}, engines: map[string]*engineSlot{}}
+}
+
+func newAgentID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return "agt_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+// engineFor returns the prepared query for a compiled policy, preparing it once per digest.
+func (r *Runtime) engineFor(ctx context.Context, c *policy.Compiled) (*engine, error) {
+	r.mu.Lock()
+	slot := r.engines[c.Digest]
+	if slot == nil {
+		slot = &engineSlot{}
+		r.engines[c.Digest] = slot
+	}
+	r.mu.Unlock()
+	slot.once.Do(func() { slot.eng, slot.err = newEngine(ctx, c) })
+	if slot.err != nil {
+		r.mu.Lock()
+		if r.engines[c.Digest] == slot {
+			delete(r.engines, c.Digest) // let a later call try again
+		}
+		r.mu.Unlock()
+	}
+	return slot.eng, slot.err
+}
+
+// Create options for a new agent.
+type CreateOptions struct {
+	Name string
+	// Parent, if set, names the agent this one replaces (lineage across policy
+	// changes). An empty Head is filled with the parent's current head.
+	Parent *lineage.Parent
+	// At is genesis time; zero means now.
+	At time.Time
+}
+
+// CreateAgent starts a new agent under a compiled policy: it writes genesis
+// and policy records and returns the new id.
+func (r *Runtime) CreateAgent(ctx context.Context, c *policy.Compiled, o CreateOptions) (string, error) {
+	if c == nil {
+		return "", errors.New("no compiled policy")
+	}
+	eng, err := r.engineFor(ctx, c)
+	if err != nil {
+		return "", err
+	}
+	var parent *lineage.Parent
+	if o.Parent != nil {
+		p := *o.Parent
+		if p.Head == "" {
+			st, err := r.State(ctx, p.Agent)
+			if err != nil {
+				return "", fmt.Errorf("parent: %w", err)
+			}
+			p.Head = st.Head
+		}
+		parent = &p
+	}
+	at := o.At
+	if at.IsZero() {
+		at = r.opts.Clock()
+	}
+	id := r.opts.NewAgentID()
+	if err := r.store.Create(id); err != nil {
+		return "", fmt.Errorf("creating agent %s: %w", id, err)
+	}
+	a := &agent{id: id, f: newFolded(), eng: eng}
+	_, err = a.append(r.store, at,
+		item{lineage.KindGenesis, &lineage.GenesisBody{Agent: id, Name: o.Name, Parent: parent}},
+		item{lineage.KindPolicy, &lineage.PolicyBody{Digest: c.Digest, Policy: c.Document}},
+	)
+	if err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	r.agents[id] = a
+	r.mu.Unlock()
+	return id, nil
+}
+
+// Agents lists the ids of all agents in the store.
+func (r *Runtime) Agents() ([]string, error) { return r.store.Agents() }
+
+// load returns the agent, replaying and verifying its log on first use.
+func (r *Runtime) load(ctx context.Context, id string) (*agent, error) {
+	r.mu.Lock()
+	a := r.agents[id]
+	r.mu.Unlock()
+	if a != nil {
+		return a, nil
+	}
+	f := newFolded()
+	var prevKind lineage.Kind
+	err := r.store.Scan(id, func(seq uint64, line []byte) error {
+		rec, err := openRecord(line, seq, f.head)
+		if err != nil {
+			return err
+		}
+		if err := kindFollows(rec, seq, prevKind); err != nil {
+			return err
+		}
+		body, err := decodeBody(rec)
+		if err != nil {
+			return &ChainError{Seq: seq, Reason: err.Error()}
+		}
+		if err := f.fold(rec, body); err != nil {
+			return &ChainError{Seq: seq, Reason: err.Error()}
+		}
+		prevKind = rec.Kind
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", lineage.ErrUnknownAgent, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: %w", id, err)
+	}
+	if f.digest == "" {
+		return nil, fmt.Errorf("agent %s: %w", id, &ChainError{Seq: f.seq, Reason: "log ends before its policy record"})
+	}
+	if r.opts.Compile == nil {
+		return nil, fmt.Errorf("agent %s: the runtime has no compiler to load its policy", id)
+	}
+	c, err := r.opts.Compile(f.policyDoc)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: its policy does not compile: %w", id, err)
+	}
+	if c.Digest != f.digest {
+		return nil, fmt.Errorf("agent %s: policy digest is %s in the log but %s when compiled again", id, f.digest, c.Digest)
+	}
+	eng, err := r.engineFor(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	a = &agent{id: id, f: f, eng: eng}
+	r.mu.Lock()
+	if other := r.agents[id]; other != nil {
+		a = other // loaded concurrently: keep the first
+	} else {
+		r.agents[id] = a
+	}
+	r.mu.Unlock()
+	return a, nil
+}
+
+// kindFollows enforces the log's shape: genesis, policy, then actions and
+// approvals, and nothing after a termination.
+func kindFollows(rec lineage.Record, seq uint64, prev lineage.Kind) error {
+	switch {
+	case seq == 0 && rec.Kind != lineage.KindGenesis:
+		return &ChainError{Seq: seq, Reason: "record 0 must be genesis"}
+	case seq == 1 && rec.Kind != lineage.KindPolicy:
+		return &ChainError{Seq: seq, Reason: "record 1 must be the policy"}
+	case seq > 1 && (rec.Kind == lineage.KindGenesis || rec.Kind == lineage.KindPolicy):
+		return &ChainError{Seq: seq, Reason: fmt.Sprintf("unexpected %s record", rec.Kind)}
+	case prev == lineage.KindTermination:
+		return &ChainError{Seq: seq, Reason: "record after termination: the log was sealed"}
+	}
+	return nil
+}
+
+type item struct {
+	kind lineage.Kind
+	body any
+}
+
+// append seals records onto the chain, makes them durable in one store append
+// and only then folds them into state. On error nothing changed.
+func (a *agent) append(st store.Store, at time.Time, items ...item) ([]lineage.Record, error) {
+	recs := make([]lineage.Record, len(items))
+	lines := make([][]byte, len(items))
+	prev := a.f.head
+	first := a.f.seq + 1
+	if a.f.head == "" { // a new log: genesis is seq 0
+		first = 0
+	}
+	for i, it := range items {
+		rec, line, err := sealRecord(first+uint64(i), at, it.kind, prev, it.body)
+		if err != nil {
+			return nil, fmt.Errorf("agent %s: encoding %s record: %w", a.id, it.kind, err)
+		}
+		recs[i], lines[i], prev = rec, line, rec.Hash
+	}
+	if err := st.Append(a.id, first, lines...); err != nil {
+		return nil, fmt.Errorf("agent %s: %w", a.id, err)
+	}
+	for i, rec := range recs {
+		if err := a.f.fold(rec, items[i].body); err != nil {
+			// The records are durable and valid; a fold error is a bug of ours.
+			panic(fmt.Sprintf("agent %s: folding record %d: %v", a.id, rec.Seq, err))
+		}
+	}
+	return recs, nil
+}
+
+// timeFor resolves a request's time: the given one, which must not be earlier
+// than the last record (D7), or the clock, held at the last record's time if
+// the clock stepped back.
+func (r *Runtime) timeFor(a *agent, at time.Time) (time.Time, error) {
+	if at.IsZero() {
+		now := r.opts.Clock()
+		if now.Before(a.f.lastAt) {
+			now = a.f.lastAt
+		}
+		return now, nil
+	}
+	if at.Before(a.f.lastAt) {
+		return time.Time{}, fmt.Errorf("%w: %s is earlier than the log's last record (%s)",
+			lineage.ErrTimeBackwards, at.UTC().Format(time.RFC3339Nano), a.f.lastAt.UTC().Format(time.RFC3339Nano))
+	}
+	return at, nil
+}
+
+// Request decides one request of an agent (SPEC §3, §4) and records it.
+// Denials are verdicts, not errors; an error means nothing was recorded.
+func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Request) (lineage.Verdict, error) {
+	cr, err := checkRequest(req)
+	if err != nil {
+		return lineage.Verdict{}, err
+	}
+	a, err := r.load(ctx, agentID)
+	if err != nil {
+		return lineage.Verdict{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	at, err := r.timeFor(a, req.At)
+	if err != nil {
+		return lineage.Verdict{}, err
+	}
+	fp := fingerprint(cr.tool, cr.canonArgs)
+	// Step 1: a retry returns the current verdict and records nothing.
+	if cr.id != "" {
+		if seen := a.f.seen[cr.id]; seen != nil {
+			if seen.fingerprint != fp {
+				return lineage.Verdict{}, fmt.Errorf("%w: request id %q was used before with another tool or other args", lineage.ErrIDConflict, cr.id)
+			}
+			return seen.verdict, nil
+		}
+		if reservedID.MatchString(cr.id) {
+			return lineage.Verdict{}, badRequest("id %q has the form req_<n>, which is reserved for the ids the runtime assigns", cr.id)
+		}
+	}
+	// Step 2: a sealed log takes nothing more (D4).
+	if a.f.status == lineage.Terminated {
+		return lineage.Verdict{Decision: lineage.Deny, Reason: "terminated", RequestID: cr.id}, nil
+	}
+	seq := a.f.seq + 1
+	id := cr.id
+	if id == "" {
+		id = fmt.Sprintf("req_%d", seq) // unique: callers cannot use this form (D17)
+	}
+	d, err := a.eng.decide(ctx, input(modeRequest, id, cr.tool, cr.argsValue, at, a.f))
+	if err != nil {
+		return lineage.Verdict{}, fmt.Errorf("agent %s: %w", a.id, err)
+	}
+	v := verdictOf(d, id, seq)
+	items := []item{{lineage.KindAction, &lineage.ActionBody{
+		Request: lineage.RecordedRequest{ID: id, Tool: cr.tool, Args: cr.args},
+		Verdict: v,
+	}}}
+	if v.Terminated != "" {
+		items = append(items, item{lineage.KindTermination, &lineage.TerminationBody{Reason: v.Terminated}})
+	}
+	if _, err := a.append(r.store, at, items...); err != nil {
+		return lineage.Verdict{}, err
+	}
+	return v, nil
+}
+
+func verdictOf(d decision, requestID string, seq uint64) lineage.Verdict {
+	v := lineage.Verdict{Decision: d.decision, Reason: d.reason, Cost: d.cost,
+		Terminated: d.terminated, RequestID: requestID, Seq: seq}
+	if d.scar != "" {
+		v.Scar = &lineage.Scar{Severity: d.scar, Weight: d.weight}
+	}
+	return v
+}
+
+// Approval names a pending request and the person or service deciding it.
+type Approval struct {
+	RequestID string
+	By        string
+	At        time.Time // zero: now
+}
+
+// Approve allows a pending request if SPEC §4 steps 3–7 still pass now (§7).
+func (r *Runtime) Approve(ctx context.Context, agentID string, ap Approval) (lineage.Verdict, error) {
+	return r.decidePending(ctx, agentID, ap, modeApprove)
+}
+
+// Reject denies a pending request (approval_rejected, no scar).
+func (r *Runtime) Reject(ctx context.Context, agentID string, ap Approval) (lineage.Verdict, error) {
+	return r.decidePending(ctx, agentID, ap, modeReject)
+}
+
+func (r *Runtime) decidePending(ctx context.Context, agentID string, ap Approval, m mode) (lineage.Verdict, error) {
+	a, err := r.load(ctx, agentID)
+	if err != nil {
+		return lineage.Verdict{}, err
+	}
+	if ap.By == "" || !utf8Valid(ap.By) || ap.By == agentID {
+		return lineage.Verdict{}, fmt.Errorf("%w: the approver must be a named person or service, not %q", lineage.ErrBadApprover, ap.By)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	at, err := r.timeFor(a, ap.At)
+	if err != nil {
+		return lineage.Verdict{}, err
+	}
+	if a.f.status == lineage.Terminated {
+		return lineage.Verdict{}, fmt.Errorf("%w: agent %s is terminated; its pending requests are void", lineage.ErrSealed, a.id)
+	}
+	req, ok := a.f.pending[ap.RequestID]
+	if !ok {
+		return lineage.Verdict{}, fmt.Errorf("%w: request %q of agent %s is not pending", lineage.ErrNotPending, ap.RequestID, a.id)
+	}
+	cr, err := checkRequest(lineage.Request{ID: req.ID, Tool: req.Tool, Args: req.Args})
+	if err != nil {
+		return lineage.Verdict{}, fmt.Errorf("agent %s: pending request %q: %w", a.id, req.ID, err)
+	}
+	d, err := a.eng.decide(ctx, input(m, req.ID, req.Tool, cr.argsValue, at, a.f))
+	if err != nil {
+		return lineage.Verdict{}, fmt.Errorf("agent %s: %w", a.id, err)
+	}
+	seq := a.f.seq + 1
+	v := verdictOf(d, req.ID, seq)
+	items := []item{{lineage.KindApproval, &lineage.ApprovalBody{
+		RequestID: req.ID, Approver: ap.By, Approved: m == modeApprove, Verdict: v,
+	}}}
+	if v.Terminated != "" {
+		items = append(items, item{lineage.KindTermination, &lineage.TerminationBody{Reason: v.Terminated}})
+	}
+	if _, err := a.append(r.store, at, items...); err != nil {
+		return lineage.Verdict{}, err
+	}
+	return v, nil
+}
+
+// Kill is a request to terminate an agent (the kill switch).
+type Kill struct {
+	By   string
+	Note string // free text kept in the termination record
+	At   time.Time
+}
+
+// Terminate appends a termination record "killed" and seals the log.
+func (r *Runtime) Terminate(ctx context.Context, agentID string, k Kill) (lineage.State, error) {
+	a, err := r.load(ctx, agentID)
+	if err != nil {
+		return lineage.State{}, err
+	}
+	if k.By == "" || !utf8Valid(k.By) {
+		return lineage.State{}, fmt.Errorf("%w: terminate needs the name of who pulls the switch", lineage.ErrBadRequest)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	at, err := r.timeFor(a, k.At)
+	if err != nil {
+		return lineage.State{}, err
+	}
+	if a.f.status == lineage.Terminated {
+		return lineage.State{}, fmt.Errorf("%w: agent %s is already terminated (%s)", lineage.ErrSealed, a.id, a.f.termination)
+	}
+	if _, err := a.append(r.store, at, item{lineage.KindTermination,
+		&lineage.TerminationBody{Reason: lineage.Killed, By: k.By, Note: k.Note}}); err != nil {
+		return lineage.State{}, err
+	}
+	return a.f.State(), nil
+}
+
+// State returns an agent's folded state (SPEC §8).
+func (r *Runtime) State(ctx context.Context, agentID string) (lineage.State, error) {
+	a, err := r.load(ctx, agentID)
+	if err != nil {
+		return lineage.State{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.f.State(), nil
+}
+
+// Records reads an agent's whole log from the store, verifying it.
+func (r *Runtime) Records(agentID string) ([]lineage.Record, error) {
+	recs, err := VerifyLines(func(fn func(uint64, []byte) error) error { return r.store.Scan(agentID, fn) })
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", lineage.ErrUnknownAgent, agentID)
+	}
+	return recs, err
+}
+
+// Verify recomputes an agent's chain from the store; a *ChainError names the first bad seq.
+func (r *Runtime) Verify(agentID string) error {
+	_, err := r.Records(agentID)
+	return err
+}
+
+func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }

@@ -26,6 +26,10 @@ type folded struct {
 	calls       map[string]int64
 	pending     map[string]lineage.RecordedRequest
 	seen        map[string]*seenRequest
+	// owed is the termination a verdict announced whose termination record is
+	// not in the log (a crash between the two writes of one append): opening
+	// the agent appends it.
+	owed lineage.Termination
 
 	digest     string
 	policyDoc  json.RawMessage
@@ -89,6 +93,7 @@ func (f *folded) fold(rec lineage.Record, body any) error {
 			return err
 		}
 		f.seen[b.Request.ID] = &seenRequest{fingerprint: fingerprint(b.Request.Tool, args), verdict: v}
+		f.owed = v.Terminated
 		switch v.Decision {
 		case lineage.Allow:
 			f.allowed(b.Request.Tool, v.Cost, rec.At.Time)
@@ -112,8 +117,9 @@ func (f *folded) fold(rec lineage.Record, body any) error {
 		if b.Verdict.Decision == lineage.Allow {
 			f.allowed(req.Tool, b.Verdict.Cost, rec.At.Time)
 		}
+		f.owed = b.Verdict.Terminated
 	case *lineage.TerminationBody:
-		f.status, f.termination = lineage.Terminated, b.Reason
+		f.status, f.termination, f.owed = lineage.Terminated, b.Reason, ""
 		clear(f.pending) // D11: pending requests are void
 	default:
 		return fmt.Errorf("unknown record body %T", body)

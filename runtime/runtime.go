@@ -34,8 +34,15 @@ type Runtime struct {
 	store   store.Store
 	opts    Options
 	mu      sync.Mutex
-	agents  map[string]*agent
+	agents  map[string]*agentSlot
 	engines map[string]*engineSlot
+}
+
+// agentSlot loads an agent once, however many callers ask at the same time.
+type agentSlot struct {
+	once sync.Once
+	a    *agent
+	err  error
 }
 
 type engineSlot struct {
@@ -60,7 +67,7 @@ func Open(st store.Store, opts Options) *Runtime {
 	if opts.NewAgentID == nil {
 		opts.NewAgentID = newAgentID
 	}
-	return &Runtime{store: st, opts: opts, agents: map[string]*agent{}, engines: map[string]*engineSlot{}}
+	return &Runtime{store: st, opts: opts, agents: map[string]*agentSlot{}, engines: map[string]*engineSlot{}}
 }
 
 func newAgentID() string {
@@ -139,8 +146,10 @@ func (r *Runtime) CreateAgent(ctx context.Context, c *policy.Compiled, o CreateO
 	if err != nil {
 		return "", err
 	}
+	slot := &agentSlot{a: a}
+	slot.once.Do(func() {})
 	r.mu.Lock()
-	r.agents[id] = a
+	r.agents[id] = slot
 	r.mu.Unlock()
 	return id, nil
 }
@@ -151,11 +160,25 @@ func (r *Runtime) Agents() ([]string, error) { return r.store.Agents() }
 // load returns the agent, replaying and verifying its log on first use.
 func (r *Runtime) load(ctx context.Context, id string) (*agent, error) {
 	r.mu.Lock()
-	a := r.agents[id]
-	r.mu.Unlock()
-	if a != nil {
-		return a, nil
+	slot := r.agents[id]
+	if slot == nil {
+		slot = &agentSlot{}
+		r.agents[id] = slot
 	}
+	r.mu.Unlock()
+	slot.once.Do(func() { slot.a, slot.err = r.replay(ctx, id) })
+	if slot.err != nil {
+		r.mu.Lock()
+		if r.agents[id] == slot {
+			delete(r.agents, id) // a later call tries again (the log may be repaired)
+		}
+		r.mu.Unlock()
+	}
+	return slot.a, slot.err
+}
+
+// replay opens an agent from its log: every record verified and folded.
+func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
 	f := newFolded()
 	var prevKind lineage.Kind
 	err := r.store.Scan(id, func(seq uint64, line []byte) error {
@@ -199,14 +222,14 @@ func (r *Runtime) load(ctx context.Context, id string) (*agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a = &agent{id: id, f: f, eng: eng}
-	r.mu.Lock()
-	if other := r.agents[id]; other != nil {
-		a = other // loaded concurrently: keep the first
-	} else {
-		r.agents[id] = a
+	a := &agent{id: id, f: f, eng: eng}
+	if f.owed != "" {
+		// The verdict that ended the agent is durable but its termination record
+		// is not (a crash between them): seal the log as the verdict said.
+		if _, err := a.append(r.store, f.lastAt, item{lineage.KindTermination, &lineage.TerminationBody{Reason: f.owed}}); err != nil {
+			return nil, fmt.Errorf("agent %s: completing its termination: %w", id, err)
+		}
 	}
-	r.mu.Unlock()
 	return a, nil
 }
 

@@ -1,0 +1,33 @@
+# A lineage extension (SPEC §6): e-mail may only go to our own domains, and a person
+# must approve any payment over 1000. Extensions can only add denials and approval
+# requirements; they never allow what the policy denies.
+package lineage.ext.outbound
+
+allowed_domains := {"acme.example", "partner.example"}
+
+approval_threshold := 1000
+
+# An e-mail to any other domain (or with no usable recipient) is a severe incident:
+# with the default scar limit it terminates the agent at once.
+deny contains {"reason": "recipient_domain_not_allowed", "scar": "severe"} if {
+	input.request.tool == "send_email"
+	not recipient_allowed
+}
+
+# A payment must say which invoice it pays.
+deny contains {"reason": "payment_without_invoice", "scar": "moderate"} if {
+	input.request.tool == "pay"
+	not input.request.args.invoice
+}
+
+require_approval contains "large_payment" if {
+	input.request.tool == "pay"
+	input.request.args.amount > approval_threshold
+}
+
+# Negating a helper rule is true when args.to is missing or malformed: fail closed.
+recipient_allowed if {
+	parts := split(lower(input.request.args.to), "@")
+	count(parts) == 2
+	parts[1] in allowed_domains
+}

@@ -23,6 +23,10 @@ type engine struct {
 	// a goroutine per evaluation to watch the context.
 	cancel  topdown.Cancel
 	metrics metrics.Metrics
+	// fullState: the policy has CEL constraints or extensions, which see the
+	// whole state and the request time as text. Without them the rules read only
+	// this tool's call count, and the input carries just that.
+	fullState bool
 }
 
 func newEngine(ctx context.Context, c *policy.Compiled) (*engine, error) {
@@ -39,7 +43,8 @@ func newEngine(ctx context.Context, c *policy.Compiled) (*engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("preparing policy %s: %w", c.Digest, err)
 	}
-	return &engine{compiled: c, query: pq, cancel: topdown.NewCancel(), metrics: metrics.NoOp()}, nil
+	return &engine{compiled: c, query: pq, cancel: topdown.NewCancel(), metrics: metrics.NoOp(),
+		fullState: len(c.Options) > 0 || len(c.Policy.Rego) > 0}, nil
 }
 
 // decision is the Rego verdict object, mapped without further rule logic.
@@ -71,17 +76,21 @@ var (
 
 // input builds the query input as an ast.Value directly (SPEC §5–§6 plus the
 // rate-limit figure), so OPA need not convert Go values.
-func input(m mode, id, tool string, args ast.Value, at time.Time, f *folded) ast.Value {
+func (e *engine) input(m mode, id, tool string, args ast.Value, at time.Time, f *folded) ast.Value {
 	req := ast.NewObject(
 		ast.Item(kID, ast.StringTerm(id)),
 		ast.Item(kTool, ast.StringTerm(tool)),
 		ast.Item(kArgs, ast.NewTerm(args)),
-		ast.Item(kAt, ast.StringTerm(at.UTC().Format(time.RFC3339Nano))),
 		ast.Item(kAtNs, ast.IntNumberTerm(int(at.UnixNano()))),
 	)
 	calls := ast.NewObject()
-	for name, n := range f.calls {
-		calls.Insert(ast.StringTerm(name), ast.IntNumberTerm(int(n)))
+	if e.fullState {
+		req.Insert(kAt, ast.StringTerm(at.UTC().Format(time.RFC3339Nano)))
+		for name, n := range f.calls {
+			calls.Insert(ast.StringTerm(name), ast.IntNumberTerm(int(n)))
+		}
+	} else if n := f.calls[tool]; n > 0 {
+		calls.Insert(ast.StringTerm(tool), ast.IntNumberTerm(int(n)))
 	}
 	state := ast.NewObject(
 		ast.Item(kBudget, ast.IntNumberTerm(int(f.budget))),

@@ -67,8 +67,9 @@ func fingerprint(tool string, canonArgs []byte) [32]byte {
 
 // fold applies one record to the state. It is the only code that changes
 // state: replaying a log and appending to it both go through here, so live
-// state equals a full replay by construction. body is the record's decoded body.
-func (f *folded) fold(rec lineage.Record, body any) error {
+// state equals a full replay by construction. body is the record's decoded
+// body; for an action, canonArgs is its args' canonical JSON (as in the record).
+func (f *folded) fold(rec lineage.Record, body any, canonArgs []byte) error {
 	switch b := body.(type) {
 	case *lineage.GenesisBody:
 		f.agent = b.Agent
@@ -88,11 +89,7 @@ func (f *folded) fold(rec lineage.Record, body any) error {
 		}
 	case *lineage.ActionBody:
 		v := b.Verdict
-		args, err := canonicalJSON(argsOrEmpty(b.Request.Args))
-		if err != nil {
-			return err
-		}
-		f.seen[b.Request.ID] = &seenRequest{fingerprint: fingerprint(b.Request.Tool, args), verdict: v}
+		f.seen[b.Request.ID] = &seenRequest{fingerprint: fingerprint(b.Request.Tool, canonArgs), verdict: v}
 		f.owed = v.Terminated
 		switch v.Decision {
 		case lineage.Allow:
@@ -170,30 +167,60 @@ func argsOrEmpty(a map[string]any) map[string]any {
 	return a
 }
 
-// decodeBody parses a record's body by its kind.
-func decodeBody(rec lineage.Record) (any, error) {
-	var body any
+// decodeBody parses a record's body by its kind; for an action it also returns
+// the args' canonical JSON (the body is canonical, so the bytes as stored), and
+// decodes the args themselves only when the request is pending (the state keeps
+// pending requests whole; for the rest the fingerprint is enough).
+func decodeBody(rec lineage.Record) (body any, canonArgs []byte, err error) {
+	if rec.Kind == lineage.KindAction {
+		var raw struct {
+			Request struct {
+				ID   string          `json:"id"`
+				Tool string          `json:"tool"`
+				Args json.RawMessage `json:"args"`
+			} `json:"request"`
+			Verdict lineage.Verdict `json:"verdict"`
+		}
+		if err := strictDecode(rec.Body, &raw); err != nil {
+			return nil, nil, fmt.Errorf("action body: %w", err)
+		}
+		b := &lineage.ActionBody{
+			Request: lineage.RecordedRequest{ID: raw.Request.ID, Tool: raw.Request.Tool},
+			Verdict: raw.Verdict,
+		}
+		if len(raw.Request.Args) == 0 || raw.Request.Args[0] != '{' {
+			return nil, nil, fmt.Errorf("action body: args must be an object")
+		}
+		if raw.Verdict.Decision == lineage.Pending {
+			if err := strictDecode(raw.Request.Args, &b.Request.Args); err != nil {
+				return nil, nil, fmt.Errorf("action body: args: %w", err)
+			}
+		}
+		return b, raw.Request.Args, nil
+	}
 	switch rec.Kind {
 	case lineage.KindGenesis:
 		body = &lineage.GenesisBody{}
 	case lineage.KindPolicy:
 		body = &lineage.PolicyBody{}
-	case lineage.KindAction:
-		body = &lineage.ActionBody{}
 	case lineage.KindApproval:
 		body = &lineage.ApprovalBody{}
 	case lineage.KindTermination:
 		body = &lineage.TerminationBody{}
 	default:
-		return nil, fmt.Errorf("unknown record kind %q", rec.Kind)
+		return nil, nil, fmt.Errorf("unknown record kind %q", rec.Kind)
 	}
-	dec := json.NewDecoder(bytesReader(rec.Body))
+	if err := strictDecode(rec.Body, body); err != nil {
+		return nil, nil, fmt.Errorf("%s body: %w", rec.Kind, err)
+	}
+	return body, nil, nil
+}
+
+func strictDecode(b []byte, into any) error {
+	dec := json.NewDecoder(bytesReader(b))
 	dec.UseNumber()
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(body); err != nil {
-		return nil, fmt.Errorf("%s body: %w", rec.Kind, err)
-	}
-	return body, nil
+	return dec.Decode(into)
 }
 
 // State returns the SPEC §8 view of the fold (a copy).

@@ -313,3 +313,5 @@ func recordAt(starts []int, off int) int {
 	}
 	return k
 }
+
+func newMem() *store.Memory { return store.NewMemory() }

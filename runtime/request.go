@@ -3,6 +3,7 @@ package runtime
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"regexp"
 	"strconv"
@@ -40,6 +41,8 @@ func badRequest(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", lineage.ErrBadRequest, fmt.Sprintf(format, a...))
 }
 
+var emptyObject = []byte("{}")
+
 // checkRequest validates a request; nothing about it is recorded when it fails.
 func checkRequest(req lineage.Request) (*checkedRequest, error) {
 	switch {
@@ -52,7 +55,10 @@ func checkRequest(req lineage.Request) (*checkedRequest, error) {
 	case len(req.ID) > MaxIDBytes:
 		return nil, badRequest("id is %d bytes, over the limit of %d", len(req.ID), MaxIDBytes)
 	}
-	args := argsOrEmpty(req.Args)
+	if len(req.Args) == 0 {
+		return &checkedRequest{id: req.ID, tool: req.Tool, args: map[string]any{}, canonArgs: emptyObject, argsValue: ast.NewObject()}, nil
+	}
+	args := req.Args
 	if err := checkValue(args, "/args", 1); err != nil {
 		return nil, err
 	}
@@ -80,12 +86,10 @@ func checkRequest(req lineage.Request) (*checkedRequest, error) {
 	return &checkedRequest{id: req.ID, tool: req.Tool, args: decoded, canonArgs: canon, argsValue: v}, nil
 }
 
-// checkValue walks args: only JSON values, valid UTF-8, bounded depth, and
-// numbers that survive canonical JSON exactly (|n| ≤ 2^53, finite).
+// checkValue walks args: only JSON values, valid UTF-8, at most MaxArgsDepth
+// nested objects and arrays (args itself is the first), and numbers that
+// canonical JSON keeps exactly (finite, integers within ±2^53).
 func checkValue(v any, at string, depth int) error {
-	if depth > MaxArgsDepth {
-		return badRequest("args nest deeper than %d levels at %s", MaxArgsDepth, at)
-	}
 	switch x := v.(type) {
 	case nil, bool:
 	case string:
@@ -93,13 +97,7 @@ func checkValue(v any, at string, depth int) error {
 			return badRequest("invalid UTF-8 in the string at %s", at)
 		}
 	case json.Number:
-		f, err := strconv.ParseFloat(string(x), 64)
-		if err != nil || math.IsInf(f, 0) {
-			return badRequest("bad number %q at %s", string(x), at)
-		}
-		if math.Abs(f) > 1<<53 {
-			return badRequest("number %s at %s exceeds 2^53 and cannot be kept exactly; send it as a string", x, at)
-		}
+		return checkNumber(string(x), at)
 	case float64:
 		if math.IsNaN(x) || math.IsInf(x, 0) || math.Abs(x) > 1<<53 {
 			return badRequest("number %v at %s is not exactly representable in JSON", x, at)
@@ -116,6 +114,9 @@ func checkValue(v any, at string, depth int) error {
 			return badRequest("number %v at %s exceeds 2^53; send it as a string", x, at)
 		}
 	case map[string]any:
+		if depth > MaxArgsDepth {
+			return badRequest("args nest deeper than %d levels at %s", MaxArgsDepth, at)
+		}
 		for k, e := range x {
 			if !utf8.ValidString(k) {
 				return badRequest("invalid UTF-8 in a key at %s", at)
@@ -125,6 +126,9 @@ func checkValue(v any, at string, depth int) error {
 			}
 		}
 	case []any:
+		if depth > MaxArgsDepth {
+			return badRequest("args nest deeper than %d levels at %s", MaxArgsDepth, at)
+		}
 		for i, e := range x {
 			if err := checkValue(e, at+"/"+strconv.Itoa(i), depth+1); err != nil {
 				return err
@@ -132,6 +136,26 @@ func checkValue(v any, at string, depth int) error {
 		}
 	default:
 		return badRequest("value of type %T at %s is not JSON", v, at)
+	}
+	return nil
+}
+
+// checkNumber accepts a JSON number that canonical JSON (an IEEE double in
+// shortest form) keeps exactly: integers only within ±2^53, anything finite else.
+func checkNumber(s, at string) error {
+	if !strings.ContainsAny(s, ".eE") {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n > 1<<53 || n < -(1<<53) {
+			return badRequest("number %s at %s exceeds 2^53 and cannot be kept exactly; send it as a string", s, at)
+		}
+		return nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(f, 0) {
+		return badRequest("bad number %q at %s", s, at)
+	}
+	if math.Abs(f) >= 1<<53 {
+		return badRequest("number %s at %s exceeds 2^53 and cannot be kept exactly; send it as a string", s, at)
 	}
 	return nil
 }
@@ -165,7 +189,7 @@ func ParseArgs(text string) (map[string]any, error) {
 	if err := dec.Decode(&v); err != nil {
 		return nil, badRequest("args are not JSON: %v", err)
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, badRequest("args: unexpected data after the JSON object")
 	}
 	m, ok := v.(map[string]any)

@@ -140,8 +140,8 @@ func (r *Runtime) CreateAgent(ctx context.Context, c *policy.Compiled, o CreateO
 	}
 	a := &agent{id: id, f: newFolded(), eng: eng}
 	_, err = a.append(r.store, at,
-		item{lineage.KindGenesis, &lineage.GenesisBody{Agent: id, Name: o.Name, Parent: parent}},
-		item{lineage.KindPolicy, &lineage.PolicyBody{Digest: c.Digest, Policy: c.Document}},
+		item{kind: lineage.KindGenesis, body: &lineage.GenesisBody{Agent: id, Name: o.Name, Parent: parent}},
+		item{kind: lineage.KindPolicy, body: &lineage.PolicyBody{Digest: c.Digest, Policy: c.Document}},
 	)
 	if err != nil {
 		return "", err
@@ -189,11 +189,11 @@ func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
 		if err := kindFollows(rec, seq, prevKind); err != nil {
 			return err
 		}
-		body, err := decodeBody(rec)
+		body, canonArgs, err := decodeBody(rec)
 		if err != nil {
 			return &ChainError{Seq: seq, Reason: err.Error()}
 		}
-		if err := f.fold(rec, body); err != nil {
+		if err := f.fold(rec, body, canonArgs); err != nil {
 			return &ChainError{Seq: seq, Reason: err.Error()}
 		}
 		prevKind = rec.Kind
@@ -226,7 +226,7 @@ func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
 	if f.owed != "" {
 		// The verdict that ended the agent is durable but its termination record
 		// is not (a crash between them): seal the log as the verdict said.
-		if _, err := a.append(r.store, f.lastAt, item{lineage.KindTermination, &lineage.TerminationBody{Reason: f.owed}}); err != nil {
+		if _, err := a.append(r.store, f.lastAt, item{kind: lineage.KindTermination, body: &lineage.TerminationBody{Reason: f.owed}}); err != nil {
 			return nil, fmt.Errorf("agent %s: completing its termination: %w", id, err)
 		}
 	}
@@ -252,6 +252,7 @@ func kindFollows(rec lineage.Record, seq uint64, prev lineage.Kind) error {
 type item struct {
 	kind lineage.Kind
 	body any
+	args []byte // an action's canonical args
 }
 
 // append seals records onto the chain, makes them durable in one store append
@@ -275,7 +276,7 @@ func (a *agent) append(st store.Store, at time.Time, items ...item) ([]lineage.R
 		return nil, fmt.Errorf("agent %s: %w", a.id, err)
 	}
 	for i, rec := range recs {
-		if err := a.f.fold(rec, items[i].body); err != nil {
+		if err := a.f.fold(rec, items[i].body, items[i].args); err != nil {
 			// The records are durable and valid; a fold error is a bug of ours.
 			panic(fmt.Sprintf("agent %s: folding record %d: %v", a.id, rec.Seq, err))
 		}
@@ -340,17 +341,17 @@ func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Reque
 	if id == "" {
 		id = fmt.Sprintf("req_%d", seq) // unique: callers cannot use this form (D17)
 	}
-	d, err := a.eng.decide(ctx, input(modeRequest, id, cr.tool, cr.argsValue, at, a.f))
+	d, err := a.eng.decide(ctx, a.eng.input(modeRequest, id, cr.tool, cr.argsValue, at, a.f))
 	if err != nil {
 		return lineage.Verdict{}, fmt.Errorf("agent %s: %w", a.id, err)
 	}
 	v := verdictOf(d, id, seq)
-	items := []item{{lineage.KindAction, &lineage.ActionBody{
+	items := []item{{kind: lineage.KindAction, body: &lineage.ActionBody{
 		Request: lineage.RecordedRequest{ID: id, Tool: cr.tool, Args: cr.args},
 		Verdict: v,
-	}}}
+	}, args: cr.canonArgs}}
 	if v.Terminated != "" {
-		items = append(items, item{lineage.KindTermination, &lineage.TerminationBody{Reason: v.Terminated}})
+		items = append(items, item{kind: lineage.KindTermination, body: &lineage.TerminationBody{Reason: v.Terminated}})
 	}
 	if _, err := a.append(r.store, at, items...); err != nil {
 		return lineage.Verdict{}, err
@@ -409,17 +410,17 @@ func (r *Runtime) decidePending(ctx context.Context, agentID string, ap Approval
 	if err != nil {
 		return lineage.Verdict{}, fmt.Errorf("agent %s: pending request %q: %w", a.id, req.ID, err)
 	}
-	d, err := a.eng.decide(ctx, input(m, req.ID, req.Tool, cr.argsValue, at, a.f))
+	d, err := a.eng.decide(ctx, a.eng.input(m, req.ID, req.Tool, cr.argsValue, at, a.f))
 	if err != nil {
 		return lineage.Verdict{}, fmt.Errorf("agent %s: %w", a.id, err)
 	}
 	seq := a.f.seq + 1
 	v := verdictOf(d, req.ID, seq)
-	items := []item{{lineage.KindApproval, &lineage.ApprovalBody{
+	items := []item{{kind: lineage.KindApproval, body: &lineage.ApprovalBody{
 		RequestID: req.ID, Approver: ap.By, Approved: m == modeApprove, Verdict: v,
 	}}}
 	if v.Terminated != "" {
-		items = append(items, item{lineage.KindTermination, &lineage.TerminationBody{Reason: v.Terminated}})
+		items = append(items, item{kind: lineage.KindTermination, body: &lineage.TerminationBody{Reason: v.Terminated}})
 	}
 	if _, err := a.append(r.store, at, items...); err != nil {
 		return lineage.Verdict{}, err
@@ -452,8 +453,8 @@ func (r *Runtime) Terminate(ctx context.Context, agentID string, k Kill) (lineag
 	if a.f.status == lineage.Terminated {
 		return lineage.State{}, fmt.Errorf("%w: agent %s is already terminated (%s)", lineage.ErrSealed, a.id, a.f.termination)
 	}
-	if _, err := a.append(r.store, at, item{lineage.KindTermination,
-		&lineage.TerminationBody{Reason: lineage.Killed, By: k.By, Note: k.Note}}); err != nil {
+	if _, err := a.append(r.store, at, item{kind: lineage.KindTermination,
+		body: &lineage.TerminationBody{Reason: lineage.Killed, By: k.By, Note: k.Note}}); err != nil {
 		return lineage.State{}, err
 	}
 	return a.f.State(), nil

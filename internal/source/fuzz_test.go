@@ -1,11 +1,15 @@
 package source
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/lineage-guard/lineage/internal/diag"
 )
 
 // FuzzLoad checks that no input makes Load or Validate panic, that a load
@@ -39,6 +43,16 @@ func FuzzLoad(f *testing.F) {
 		if d.Value != nil {
 			if _, err := json.Marshal(d.Value); err != nil {
 				t.Fatalf("value does not marshal: %v", err)
+			}
+		}
+		if trimmed := bytes.TrimLeft(data, " \t\r\n"); len(data) <= MaxBytes && len(trimmed) > 0 &&
+			(trimmed[0] == '{' || trimmed[0] == '[') && json.Valid(data) && utf8.Valid(data) {
+			// What encoding/json accepts, Load parses (it may still refuse
+			// duplicate keys, deep nesting and inexact numbers).
+			for _, x := range diags {
+				if x.Code == diag.CodeSyntax {
+					t.Fatalf("valid JSON refused: %v", x)
+				}
 			}
 		}
 		if len(diags) > 0 {

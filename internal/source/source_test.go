@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/lineage-guard/lineage/internal/diag"
+	"github.com/lineage-guard/lineage/schema"
 )
 
 func mustLoad(t *testing.T, file, src string) *Document {
@@ -345,5 +347,53 @@ func TestEditDistance(t *testing.T) {
 		if got := editDistance(c.a, c.b); got != c.d {
 			t.Errorf("editDistance(%q, %q) = %d, want %d", c.a, c.b, got, c.d)
 		}
+	}
+}
+
+// TestConformanceSchema runs Validate with the conformance schema, which $refs
+// the policy schema by its $id: the example of SPEC §9 is valid, and a typo in
+// a case's policy is reported at its pointer and line.
+func TestConformanceSchema(t *testing.T) {
+	if !slices.Contains(schema.Names(), "conformance") {
+		t.Skip("no conformance schema embedded")
+	}
+	src := `policy:
+  budget: 3
+  tools: { pay: { cost: 1 }, wire: { cost: 1, requires_approval: true } }
+cases:
+  - name: budget exhausted terminates
+    steps:
+      - request: { tool: pay, at: 0 }
+        expect: { decision: allow, cost: 1, remaining: 2 }
+      - request: { tool: wire, id: w1, at: 1.5 }
+        expect: { decision: pending, reason: approval_required }
+      - approve: { request: w1, by: alice, at: 2 }
+        expect: { decision: allow, remaining: 1 }
+      - reject: { request: w9, by: alice, at: 2 }
+        expect: { error: true }
+      - request: { tool: pay, at: 3 }
+        expect: { decision: allow, terminated: budget_exhausted }
+      - request: { tool: pay, at: 4 }
+        expect: { decision: deny, reason: terminated }
+    expect_state: { remaining: 0, status: terminated, calls: { pay: 2, wire: 1 } }
+  - name: kill switch
+    steps:
+      - terminate: { by: ops, at: 1 }
+        expect: { status: terminated }
+      - request: { tool: pay, at: 2 }
+        expect: { decision: deny, reason: terminated }
+  - name: a typo in the policy is refused
+    policy: { budget: 3, tools: {}, scar_limt: 5 }
+    expect_compile_error: { path: /scar_limt }
+`
+	d := mustLoad(t, "case.yaml", src)
+	if diags := Validate(d, "conformance"); len(diags) > 0 {
+		t.Fatalf("SPEC §9 example: %v", diags)
+	}
+	bad := strings.Replace(src, "wire: { cost: 1, requires_approval: true }", "wire: { cost: 1, requires_aproval: true }", 1)
+	d = mustLoad(t, "case.yaml", bad)
+	want := `case.yaml:3:47: /policy/tools/wire/requires_aproval: unknown field "requires_aproval" (did you mean "requires_approval"?) (unknown_field)`
+	if diags := Validate(d, "conformance"); len(diags) != 1 || diags[0].String() != want {
+		t.Errorf("got %v\nwant %s", diags, want)
 	}
 }

@@ -135,6 +135,8 @@ func Validate(d *Document, schemaName string) (diags diag.List) {
 		out = append(out, diag.Diagnostic{Code: diag.CodeSchema, Position: d.Pos(""), Message: ve.Error()})
 	}
 	out = dedupe(out)
+	// The validator walks maps in random order: make ties deterministic.
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Message < out[j].Message })
 	out.Sort()
 	return out
 }
@@ -159,7 +161,7 @@ func (v *validation) walk(e *jsonschema.ValidationError) []finding {
 	if len(e.Causes) > 0 && (e.Message == "oneOf failed" || e.Message == "anyOf failed") {
 		return v.alternatives(e)
 	}
-	if len(e.Causes) > 0 {
+	if len(e.Causes) > 0 && kw != "minContains" {
 		var out []finding
 		for _, c := range e.Causes {
 			out = append(out, v.walk(c)...)
@@ -235,9 +237,13 @@ func (v *validation) alternatives(e *jsonschema.ValidationError) []finding {
 			}
 		}
 		if names := v.branchRequired(e); shapeOnly && names != nil {
+			quantity := "exactly one" // oneOf
+			if e.Message == "anyOf failed" {
+				quantity = "at least one"
+			}
 			return []finding{{
 				Diagnostic: diag.Diagnostic{Code: diag.CodeSchema, Pointer: loc, Position: v.d.Pos(loc),
-					Message: "must have exactly one of " + strings.Join(names, " or ")},
+					Message: "must have " + quantity + " of " + strings.Join(names, " or ")},
 				keyword: "oneOf", loc: loc,
 			}}
 		}
@@ -262,6 +268,43 @@ func (v *validation) branchRequired(e *jsonschema.ValidationError) []string {
 		names = append(names, fmt.Sprintf("%q", s))
 	}
 	return names
+}
+
+// requiredAlternatives describes a schema that only requires members
+// ({"required": [a]} or {"anyOf": [{"required": [a]}, {"required": [b]}]}) as
+// the quoted names; nil for anything else.
+func requiredAlternatives(s map[string]any) []string {
+	only := func(m map[string]any) ([]string, bool) {
+		req, ok := m["required"].([]any)
+		if !ok || len(m) != 1 {
+			return nil, false
+		}
+		var out []string
+		for _, r := range req {
+			name, ok := r.(string)
+			if !ok {
+				return nil, false
+			}
+			out = append(out, fmt.Sprintf("%q", name))
+		}
+		return out, len(out) == 1
+	}
+	if names, ok := only(s); ok {
+		return names
+	}
+	alts, ok := s["anyOf"].([]any)
+	if !ok || len(s) != 1 {
+		return nil
+	}
+	var out []string
+	for _, a := range alts {
+		names, ok := only(mapOf(a))
+		if !ok {
+			return nil
+		}
+		out = append(out, names...)
+	}
+	return out
 }
 
 // deref follows a local "$ref" of a raw schema object, relative to the schema
@@ -387,13 +430,13 @@ func (v *validation) leaf(e *jsonschema.ValidationError, kw string) []finding {
 	msg := e.Message
 	switch kw {
 	case "minimum":
-		msg = fmt.Sprintf("must be >= %v, got %s", kwVal, numText(val))
+		msg = fmt.Sprintf("must be >= %v, got %s", kwVal, describeShort(val))
 	case "maximum":
-		msg = fmt.Sprintf("must be <= %v, got %s", kwVal, numText(val))
+		msg = fmt.Sprintf("must be <= %v, got %s", kwVal, describeShort(val))
 	case "exclusiveMinimum":
-		msg = fmt.Sprintf("must be > %v, got %s", kwVal, numText(val))
+		msg = fmt.Sprintf("must be > %v, got %s", kwVal, describeShort(val))
 	case "exclusiveMaximum":
-		msg = fmt.Sprintf("must be < %v, got %s", kwVal, numText(val))
+		msg = fmt.Sprintf("must be < %v, got %s", kwVal, describeShort(val))
 	case "minLength":
 		if n, ok := kwVal.(json.Number); ok && n == "1" {
 			msg = "must not be empty"
@@ -414,6 +457,17 @@ func (v *validation) leaf(e *jsonschema.ValidationError, kw string) []finding {
 				parts = append(parts, string(b))
 			}
 			msg = fmt.Sprintf("must be one of %s, got %s", strings.Join(parts, ", "), describeShort(val))
+		}
+	case "not":
+		if names := requiredAlternatives(v.deref(e.AbsoluteKeywordLocation, kwVal)); names != nil {
+			msg = "must not have " + strings.Join(names, " or ")
+		}
+	case "minContains":
+		contains := v.deref(e.AbsoluteKeywordLocation, v.raw(parentLocation(e.AbsoluteKeywordLocation)+"/contains"))
+		if names := requiredAlternatives(contains); len(names) == 1 {
+			msg = "at least one item must have " + names[0]
+		} else {
+			msg = strings.Replace(e.Message, "valid must be", "the number of matching items must be", 1)
 		}
 	case "const":
 		if b, err := json.Marshal(kwVal); err == nil {
@@ -583,8 +637,6 @@ func describeShort(v any) string {
 	}
 	return describe(v)
 }
-
-func numText(v any) string { return describeShort(v) }
 
 // suggest returns the known name closest to name, if it is within edit
 // distance 2 (and closer than the length of name), else "".

@@ -40,6 +40,11 @@ func (d *Document) loadYAML(data []byte) diag.List {
 		return diags
 	}
 	c := &yamlConv{d: d, data: data, active: map[*yaml.Node]int{}, pairs: map[*yaml.Node][]pair{}}
+	// Refuse alias bombs before building anything.
+	if n := expandedSize(root, map[*yaml.Node]int{}, 0); n > maxNodes {
+		return diag.List{{Code: diag.CodeTooLarge, Position: diag.Position{File: d.File, Line: root.Line, Col: root.Column},
+			Message: fmt.Sprintf("document expands to more than %d values (aliases included)", maxNodes)}}
+	}
 	v := c.value(root, "", 0, true)
 	if !c.stop {
 		d.Value = v
@@ -211,6 +216,37 @@ func (c *yamlConv) value(n *yaml.Node, ptr string, depth int, record bool) any {
 		c.errorf(n, ptr, diag.CodeSyntax, "unexpected YAML node")
 		return nil
 	}
+}
+
+// expandedSize bounds the number of values n expands to, aliases and merges
+// included, saturating just above maxNodes. Sizes are memoized per node, so
+// the cost is linear in the size of the node tree however deep aliases nest.
+func expandedSize(n *yaml.Node, memo map[*yaml.Node]int, depth int) int {
+	if n == nil {
+		return 0
+	}
+	if s, ok := memo[n]; ok {
+		return s
+	}
+	if depth > MaxDepth+2 {
+		return 1 // too deep anyway: the conversion reports it
+	}
+	memo[n] = 1 // an alias cycle counts once; the conversion reports it
+	size := 1
+	switch n.Kind {
+	case yaml.AliasNode:
+		size += expandedSize(n.Alias, memo, depth)
+	case yaml.MappingNode, yaml.SequenceNode, yaml.DocumentNode:
+		for _, child := range n.Content {
+			size += expandedSize(child, memo, depth+1)
+			if size > maxNodes {
+				break
+			}
+		}
+	}
+	size = min(size, maxNodes+1)
+	memo[n] = size
+	return size
 }
 
 // members returns the effective members of mapping n: its own keys, then keys

@@ -1,0 +1,551 @@
+package runtime_test
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/runtime"
+	"github.com/lineage-guard/lineage/runtime/store"
+)
+
+const reqPolicy = `
+budget: 100
+tools:
+  pay: {cost: 1}
+  wire: {cost: 2, requires_approval: true}
+`
+
+// nest returns args nested depth containers deep (args itself is the first),
+// the innermost holding leaf under "v" (or nothing if leaf is nil).
+func nest(depth int, leaf any) map[string]any {
+	inner := map[string]any{}
+	if leaf != nil {
+		inner["v"] = leaf
+	}
+	var v any = inner
+	for i := 1; i < depth; i++ {
+		if i%3 == 0 && i != depth-1 {
+			v = []any{v} // arrays count too
+		} else {
+			v = map[string]any{"a": v}
+		}
+	}
+	return v.(map[string]any)
+}
+
+// depthOf counts the containers of v along its deepest path.
+func depthOf(v any) int {
+	switch x := v.(type) {
+	case map[string]any:
+		d := 0
+		for _, e := range x {
+			d = max(d, depthOf(e))
+		}
+		return d + 1
+	case []any:
+		d := 0
+		for _, e := range x {
+			d = max(d, depthOf(e))
+		}
+		return d + 1
+	}
+	return 0
+}
+
+// noTrace runs fn and checks that it changed neither the agent's state nor its log.
+func noTrace(t *testing.T, rt *runtime.Runtime, st store.Store, agent, what string, fn func()) {
+	t.Helper()
+	before, lines := mustState(t, rt, agent), storeLines(t, st, agent)
+	fn()
+	after := mustState(t, rt, agent)
+	if !reflect.DeepEqual(before, after) {
+		t.Errorf("%s changed the state:\nbefore %+v\nafter  %+v", what, before, after)
+	}
+	if got := storeLines(t, st, agent); !reflect.DeepEqual(got, lines) {
+		t.Errorf("%s changed the log: %d records before, %d after", what, len(lines), len(got))
+	}
+}
+
+// TestMalformedRequests: malformed requests are bad_request errors and leave
+// no trace (SPEC §3, D18).
+func TestMalformedRequests(t *testing.T) {
+	st := newMem()
+	rt := runtime.Open(st, opts("bad"))
+	agent := mustCreate(t, rt, mustCompileYAML(t, reqPolicy), runtime.CreateOptions{})
+	mustRequest(t, rt, agent, lineage.Request{ID: "a1", Tool: "pay", At: sec(1)})
+	mustRequest(t, rt, agent, lineage.Request{Tool: "pay", At: sec(2)}) // req_3
+
+	for _, d := range []int{31, 32, 33} {
+		if got := depthOf(nest(d, 1)); got != d {
+			t.Fatalf("nest(%d) is %d deep", d, got)
+		}
+	}
+	big := strings.Repeat("x", runtime.MaxRequestBytes)
+	bad := []struct {
+		name string
+		req  lineage.Request
+	}{
+		{"no tool", lineage.Request{ID: "x1"}},
+		{"tool with a space", lineage.Request{Tool: "pay now"}},
+		{"tool starting with punctuation", lineage.Request{Tool: "-pay"}},
+		{"tool of 129 characters", lineage.Request{Tool: strings.Repeat("a", 129)}},
+		{"tool with a NUL", lineage.Request{Tool: "pay\x00"}},
+		{"tool not UTF-8", lineage.Request{Tool: "pay\xff"}},
+		{"id not UTF-8", lineage.Request{ID: "r\xff", Tool: "pay"}},
+		{"id too long", lineage.Request{ID: strings.Repeat("i", runtime.MaxIDBytes+1), Tool: "pay"}},
+		{"args key not UTF-8", lineage.Request{Tool: "pay", Args: map[string]any{"k\xfe": 1}}},
+		{"args string not UTF-8", lineage.Request{Tool: "pay", Args: map[string]any{"s": "a\xffb"}}},
+		{"nested args string not UTF-8", lineage.Request{Tool: "pay", Args: map[string]any{"a": map[string]any{"b": []any{"ok", "\xc3"}}}}},
+		{"nested args key not UTF-8", lineage.Request{Tool: "pay", Args: map[string]any{"a": []any{map[string]any{"\xc3": true}}}}},
+		{"args 33 deep", lineage.Request{Tool: "pay", Args: nest(33, nil)}},
+		{"args 33 deep with a leaf", lineage.Request{Tool: "pay", Args: nest(33, 1)}},
+		{"args 100 deep", lineage.Request{Tool: "pay", Args: nest(100, "x")}},
+		{"request over 64 KiB", lineage.Request{Tool: "pay", Args: map[string]any{"s": big}}},
+		{"request over 64 KiB in many keys", lineage.Request{Tool: "pay", Args: manyKeys(5000)}},
+		{"json.Number 2^53+1", lineage.Request{Tool: "pay", Args: map[string]any{"n": json.Number("9007199254740993")}}},
+		{"json.Number -(2^53+1)", lineage.Request{Tool: "pay", Args: map[string]any{"n": json.Number("-9007199254740993")}}},
+		{"json.Number 2^64", lineage.Request{Tool: "pay", Args: map[string]any{"n": json.Number("18446744073709551616")}}},
+		{"json.Number 1e400", lineage.Request{Tool: "pay", Args: map[string]any{"n": json.Number("1e400")}}},
+		{"json.Number garbage", lineage.Request{Tool: "pay", Args: map[string]any{"n": json.Number("12abc")}}},
+		{"int64 2^53+1", lineage.Request{Tool: "pay", Args: map[string]any{"n": int64(1<<53 + 1)}}},
+		{"uint64 2^60", lineage.Request{Tool: "pay", Args: map[string]any{"n": uint64(1 << 60)}}},
+		{"float64 1e300", lineage.Request{Tool: "pay", Args: map[string]any{"n": 1e300}}},
+		{"float64 NaN", lineage.Request{Tool: "pay", Args: map[string]any{"n": math.NaN()}}},
+		{"float64 +Inf", lineage.Request{Tool: "pay", Args: map[string]any{"n": math.Inf(1)}}},
+		{"nested 2^53+1", lineage.Request{Tool: "pay", Args: map[string]any{"a": []any{json.Number("9007199254740993")}}}},
+		{"a func in args", lineage.Request{Tool: "pay", Args: map[string]any{"f": func() {}}}},
+		{"unknown req_<n> id", lineage.Request{ID: "req_999", Tool: "pay"}},
+		{"req_<n> naming no request", lineage.Request{ID: "req_0", Tool: "pay"}},
+		{"req_<n> with a leading zero", lineage.Request{ID: "req_03", Tool: "pay"}},
+	}
+	for _, tc := range bad {
+		noTrace(t, rt, st, agent, tc.name, func() {
+			tc.req.At = sec(2) // the last record's time: fine (D7)
+			v, err := rt.Request(bg, agent, tc.req)
+			if !errors.Is(err, lineage.ErrBadRequest) {
+				t.Errorf("%s: got verdict %+v, error %v; want bad_request", tc.name, v, err)
+			}
+		})
+	}
+
+	// Time backwards is its own error; the same time is fine (D7).
+	noTrace(t, rt, st, agent, "time backwards", func() {
+		if _, err := rt.Request(bg, agent, lineage.Request{Tool: "pay", At: sec(1.5)}); !errors.Is(err, lineage.ErrTimeBackwards) {
+			t.Errorf("time backwards: %v", err)
+		}
+		// D18: a malformed request is bad_request even when its time is also wrong.
+		if _, err := rt.Request(bg, agent, lineage.Request{Tool: "pay now", At: sec(1.5)}); !errors.Is(err, lineage.ErrBadRequest) {
+			t.Errorf("malformed and backwards: %v, want bad_request", err)
+		}
+		// ...and a retry with a time earlier than the last record is time_backwards.
+		if _, err := rt.Request(bg, agent, lineage.Request{ID: "a1", Tool: "pay", At: sec(0.5)}); !errors.Is(err, lineage.ErrTimeBackwards) {
+			t.Errorf("retry backwards: %v, want time_backwards", err)
+		}
+	})
+
+	// The boundaries are accepted and recorded.
+	good := []struct {
+		name string
+		req  lineage.Request
+	}{
+		{"same time as the last record", lineage.Request{Tool: "pay"}},
+		{"args 32 deep", lineage.Request{Tool: "pay", Args: nest(32, nil)}},
+		{"args 32 deep with a leaf", lineage.Request{Tool: "pay", Args: nest(32, "leaf")}},
+		{"tool of 128 characters", lineage.Request{Tool: strings.Repeat("b", 128)}},
+		{"id of 256 bytes", lineage.Request{ID: strings.Repeat("i", runtime.MaxIDBytes), Tool: "pay"}},
+		{"2^53", lineage.Request{Tool: "pay", Args: map[string]any{"n": json.Number("9007199254740992"), "m": int64(-1 << 53), "f": 1.5}}},
+		{"unicode", lineage.Request{ID: "é-1", Tool: "pay", Args: map[string]any{"clé": "café ✓ \u2028"}}},
+		{"request of 60 KiB", lineage.Request{Tool: "pay", Args: map[string]any{"s": strings.Repeat("y", 60<<10)}}},
+		{"null, bool, array", lineage.Request{Tool: "pay", Args: map[string]any{"n": nil, "b": false, "a": []any{}}}},
+	}
+	for _, tc := range good {
+		tc.req.At = sec(2)
+		v, err := rt.Request(bg, agent, tc.req)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if v.Seq == 0 {
+			t.Errorf("%s: verdict %+v not recorded", tc.name, v)
+		}
+	}
+	if err := rt.Verify(agent); err != nil {
+		t.Fatal(err)
+	}
+	// Everything accepted replays to the same state.
+	replayed := mustState(t, runtime.Open(st, reopenOpts()), agent)
+	if live := mustState(t, rt, agent); !reflect.DeepEqual(normalizeState(live), normalizeState(replayed)) {
+		t.Errorf("replay differs:\nlive   %+v\nreplay %+v", live, replayed)
+	}
+}
+
+func manyKeys(n int) map[string]any {
+	m := make(map[string]any, n)
+	for i := range n {
+		m["key_"+strconv.Itoa(i)] = "value of some length"
+	}
+	return m
+}
+
+// TestRecordedArgsExact: what is recorded is exactly what was asked: a number
+// in args is never rounded on its way into the log.
+func TestRecordedArgsExact(t *testing.T) {
+	st := newMem()
+	rt := runtime.Open(st, opts("exact"))
+	agent := mustCreate(t, rt, mustCompileYAML(t, reqPolicy), runtime.CreateOptions{})
+	for i, n := range []string{"9007199254740992", "-9007199254740992", "12345", "1.5", "0.25", "-7", "9007199254740993"} {
+		v, err := rt.Request(bg, agent, lineage.Request{Tool: "pay", Args: map[string]any{"n": json.Number(n)}, At: sec(float64(i))})
+		if errors.Is(err, lineage.ErrBadRequest) && n == "9007199254740993" {
+			continue // refused: fine (TestMalformedRequests wants exactly that)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+		recs, err := rt.Records(agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body lineage.ActionBody
+		dec := json.NewDecoder(strings.NewReader(string(recs[v.Seq].Body)))
+		dec.UseNumber()
+		if err := dec.Decode(&body); err != nil {
+			t.Fatal(err)
+		}
+		if got := body.Request.Args["n"]; got != json.Number(n) {
+			t.Errorf("args n = %s was recorded as %v", n, got)
+		}
+	}
+}
+
+func TestParseArgs(t *testing.T) {
+	for _, text := range []string{
+		"", " ", "[]", "[1]", "1", `"s"`, "null", "true", "{", "nope", `{"a":}`, `{"a" 1}`, "\xff",
+		`{"a":"\xff"}`, "{} {}", "{}x", "{}}", "{}]", "{} ]", `{"a":1}{"b":2}`, "{}\n[",
+		`{"s":"` + strings.Repeat("x", runtime.MaxRequestBytes) + `"}`,
+	} {
+		m, err := runtime.ParseArgs(text)
+		if !errors.Is(err, lineage.ErrBadRequest) {
+			t.Errorf("ParseArgs(%.40q) = %v, %v; want bad_request", text, m, err)
+		}
+	}
+	m, err := runtime.ParseArgs(" {\"a\": 1, \"b\": [1.5, \"x\", {\"c\": null}], \"big\": 9007199254740993} \n\t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"a": json.Number("1"), "b": []any{json.Number("1.5"), "x", map[string]any{"c": nil}}, "big": json.Number("9007199254740993")}
+	if !reflect.DeepEqual(m, want) {
+		t.Errorf("ParseArgs = %#v, want %#v", m, want)
+	}
+	if m, err := runtime.ParseArgs("{}"); err != nil || m == nil || len(m) != 0 {
+		t.Errorf("ParseArgs({}) = %#v, %v", m, err)
+	}
+}
+
+// TestRetries: a retry returns the current verdict and seq and appends nothing
+// (SPEC §4 step 1, D2, D3, D4, D17).
+func TestRetries(t *testing.T) {
+	st := newMem()
+	rt := runtime.Open(st, opts("retry"))
+	agent := mustCreate(t, rt, mustCompileYAML(t, reqPolicy), runtime.CreateOptions{})
+	v1 := mustRequest(t, rt, agent, lineage.Request{ID: "r1", Tool: "pay", Args: map[string]any{"n": 1, "s": "x"}, At: sec(1)})
+	vNoID := mustRequest(t, rt, agent, lineage.Request{Tool: "pay", At: sec(2)})
+	if vNoID.RequestID != "req_3" || vNoID.Seq != 3 {
+		t.Fatalf("assigned id: %+v, want req_3 at seq 3", vNoID)
+	}
+	vDeny := mustRequest(t, rt, agent, lineage.Request{ID: "d1", Tool: "shell", At: sec(3)})
+	vPend := mustRequest(t, rt, agent, lineage.Request{ID: "w1", Tool: "wire", At: sec(4)})
+	if vDeny.Decision != lineage.Deny || vDeny.Scar == nil || vPend.Decision != lineage.Pending {
+		t.Fatalf("setup: %+v %+v", vDeny, vPend)
+	}
+
+	retry := func(what string, req lineage.Request, want lineage.Verdict) {
+		t.Helper()
+		noTrace(t, rt, st, agent, what, func() {
+			req.At = sec(10)
+			v, err := rt.Request(bg, agent, req)
+			if err != nil {
+				t.Errorf("%s: %v", what, err)
+			} else if !reflect.DeepEqual(v, want) {
+				t.Errorf("%s: %+v, want %+v", what, v, want)
+			}
+		})
+	}
+	retry("same request", lineage.Request{ID: "r1", Tool: "pay", Args: map[string]any{"n": 1, "s": "x"}}, v1)
+	retry("same args as other Go types", lineage.Request{ID: "r1", Tool: "pay", Args: map[string]any{"s": "x", "n": json.Number("1")}}, v1)
+	retry("same args as a float", lineage.Request{ID: "r1", Tool: "pay", Args: map[string]any{"s": "x", "n": 1.0}}, v1)
+	retry("assigned id", lineage.Request{ID: "req_3", Tool: "pay"}, vNoID)
+	retry("assigned id, args {}", lineage.Request{ID: "req_3", Tool: "pay", Args: map[string]any{}}, vNoID)
+	retry("a denied request", lineage.Request{ID: "d1", Tool: "shell"}, vDeny)
+	retry("a pending request", lineage.Request{ID: "w1", Tool: "wire"}, vPend)
+
+	conflict := func(what string, req lineage.Request) {
+		t.Helper()
+		noTrace(t, rt, st, agent, what, func() {
+			req.At = sec(10)
+			if v, err := rt.Request(bg, agent, req); !errors.Is(err, lineage.ErrIDConflict) {
+				t.Errorf("%s: %+v, %v; want id_conflict", what, v, err)
+			}
+		})
+	}
+	conflict("other tool", lineage.Request{ID: "r1", Tool: "wire", Args: map[string]any{"n": 1, "s": "x"}})
+	conflict("other args", lineage.Request{ID: "r1", Tool: "pay", Args: map[string]any{"n": 2, "s": "x"}})
+	conflict("fewer args", lineage.Request{ID: "r1", Tool: "pay"})
+	conflict("args on an assigned id", lineage.Request{ID: "req_3", Tool: "pay", Args: map[string]any{"x": 1}})
+	conflict("number as a string", lineage.Request{ID: "r1", Tool: "pay", Args: map[string]any{"n": "1", "s": "x"}})
+
+	// After approval, a retry returns the approval's verdict and seq (D2).
+	va, err := rt.Approve(bg, agent, runtime.Approval{RequestID: "w1", By: "alice", At: sec(6)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry("an approved request", lineage.Request{ID: "w1", Tool: "wire"}, va)
+	if va.Seq != 6 || va.RequestID != "w1" {
+		t.Errorf("approval verdict %+v, want seq 6", va)
+	}
+	// After termination, retries are still answered; new requests are denied
+	// terminated with seq 0 and the id as given (D4).
+	if _, err := rt.Terminate(bg, agent, runtime.Kill{By: "ops", At: sec(7)}); err != nil {
+		t.Fatal(err)
+	}
+	retry("after termination", lineage.Request{ID: "r1", Tool: "pay", Args: map[string]any{"n": 1, "s": "x"}}, v1)
+	retry("approved, after termination", lineage.Request{ID: "w1", Tool: "wire"}, va)
+	retry("new id after termination", lineage.Request{ID: "new", Tool: "pay"},
+		lineage.Verdict{Decision: lineage.Deny, Reason: "terminated", RequestID: "new"})
+	retry("no id after termination", lineage.Request{Tool: "pay"},
+		lineage.Verdict{Decision: lineage.Deny, Reason: "terminated"})
+	conflict("conflict after termination", lineage.Request{ID: "r1", Tool: "wire"})
+
+	// A fresh runtime answers retries the same way: the seen ids replay.
+	rt2 := runtime.Open(st, reopenOpts())
+	for id, want := range map[string]lineage.Verdict{"r1": v1, "req_3": vNoID, "d1": vDeny, "w1": va} {
+		tool := map[string]string{"r1": "pay", "req_3": "pay", "d1": "shell", "w1": "wire"}[id]
+		var args map[string]any
+		if id == "r1" {
+			args = map[string]any{"n": 1, "s": "x"}
+		}
+		v, err := rt2.Request(bg, agent, lineage.Request{ID: id, Tool: tool, Args: args, At: sec(10)})
+		if err != nil || !reflect.DeepEqual(v, want) {
+			t.Errorf("replayed retry of %s: %+v, %v; want %+v", id, v, err, want)
+		}
+	}
+	if _, err := rt2.Request(bg, agent, lineage.Request{ID: "r1", Tool: "pay", At: sec(10)}); !errors.Is(err, lineage.ErrIDConflict) {
+		t.Errorf("replayed conflict: %v", err)
+	}
+}
+
+// TestApprovals: approve and reject, their records, and their errors in the
+// order D18 gives.
+func TestApprovals(t *testing.T) {
+	st := newMem()
+	rt := runtime.Open(st, opts("appr"))
+	agent := mustCreate(t, rt, mustCompileYAML(t, "budget: 3\ntools: {pay: {cost: 1}, wire: {cost: 2, requires_approval: true}}\n"), runtime.CreateOptions{})
+	for i, id := range []string{"w1", "w2", "w3", "w4"} {
+		if v := mustRequest(t, rt, agent, lineage.Request{ID: id, Tool: "wire", Args: map[string]any{"i": i}, At: sec(1)}); v.Decision != lineage.Pending || v.Cost != 0 {
+			t.Fatalf("%s: %+v", id, v)
+		}
+	}
+	state := mustState(t, rt, agent)
+	if len(state.Pending) != 4 || state.Spent != 0 || len(state.Calls) != 0 {
+		t.Fatalf("pending state %+v", state)
+	}
+	if p := state.Pending["w2"]; p.ID != "w2" || p.Tool != "wire" || !reflect.DeepEqual(p.Args, map[string]any{"i": json.Number("1")}) {
+		t.Errorf("pending w2 = %#v", p)
+	}
+
+	apErr := func(what string, fn func() (lineage.Verdict, error), want error) {
+		t.Helper()
+		noTrace(t, rt, st, agent, what, func() {
+			if v, err := fn(); !errors.Is(err, want) {
+				t.Errorf("%s: %+v, %v; want %v", what, v, err, want)
+			}
+		})
+	}
+	approve := func(id, by string, at float64) func() (lineage.Verdict, error) {
+		return func() (lineage.Verdict, error) {
+			return rt.Approve(bg, agent, runtime.Approval{RequestID: id, By: by, At: sec(at)})
+		}
+	}
+	reject := func(id, by string, at float64) func() (lineage.Verdict, error) {
+		return func() (lineage.Verdict, error) {
+			return rt.Reject(bg, agent, runtime.Approval{RequestID: id, By: by, At: sec(at)})
+		}
+	}
+	apErr("empty approver", approve("w1", "", 2), lineage.ErrBadApprover)
+	apErr("the agent approving itself", approve("w1", agent, 2), lineage.ErrBadApprover)
+	apErr("the agent rejecting itself", reject("w1", agent, 2), lineage.ErrBadApprover)
+	apErr("approver not UTF-8", approve("w1", "al\xffce", 2), lineage.ErrBadApprover)
+	apErr("unknown id", approve("nope", "alice", 2), lineage.ErrNotPending)
+	apErr("reject unknown id", reject("nope", "alice", 2), lineage.ErrNotPending)
+	apErr("time backwards", approve("w1", "alice", 0.5), lineage.ErrTimeBackwards)
+	apErr("bad approver before time backwards", approve("w1", "", 0.5), lineage.ErrBadApprover)
+	apErr("time backwards before not pending", approve("nope", "alice", 0.5), lineage.ErrTimeBackwards)
+
+	v, err := rt.Approve(bg, agent, runtime.Approval{RequestID: "w1", By: "alice", At: sec(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := lineage.Verdict{Decision: lineage.Allow, Reason: "ok", Cost: 2, RequestID: "w1", Seq: 6}
+	if !reflect.DeepEqual(v, want) {
+		t.Errorf("approve: %+v, want %+v", v, want)
+	}
+	recs, err := rt.Records(agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := recs[len(recs)-1]; r.Kind != lineage.KindApproval || r.Seq != v.Seq || !r.At.Equal(sec(2)) {
+		t.Errorf("approval record %d %s at %v", r.Seq, r.Kind, r.At)
+	} else {
+		var body lineage.ApprovalBody
+		if err := json.Unmarshal(r.Body, &body); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(body, lineage.ApprovalBody{RequestID: "w1", Approver: "alice", Approved: true, Verdict: want}) {
+			t.Errorf("approval body %+v", body)
+		}
+	}
+	state = mustState(t, rt, agent)
+	if state.Spent != 2 || state.Calls["wire"] != 1 || len(state.Pending) != 3 {
+		t.Errorf("after approval: %+v", state)
+	}
+	apErr("approve twice", approve("w1", "alice", 3), lineage.ErrNotPending)
+	apErr("reject after approve", reject("w1", "bob", 3), lineage.ErrNotPending)
+
+	// Approval re-runs the checks: 1 credit left, wire costs 2 → deny, no scar (D10).
+	v, err = rt.Approve(bg, agent, runtime.Approval{RequestID: "w2", By: "bob", At: sec(3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Decision != lineage.Deny || v.Reason != "insufficient_budget" || v.Scar != nil || v.Cost != 0 || v.Seq != 7 {
+		t.Errorf("approve over budget: %+v", v)
+	}
+	v, err = rt.Reject(bg, agent, runtime.Approval{RequestID: "w3", By: "bob", At: sec(3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(v, lineage.Verdict{Decision: lineage.Deny, Reason: "approval_rejected", RequestID: "w3", Seq: 8}) {
+		t.Errorf("reject: %+v", v)
+	}
+	state = mustState(t, rt, agent)
+	if state.ScarScore != 0 || state.Spent != 2 || len(state.Pending) != 1 || state.Calls["wire"] != 1 {
+		t.Errorf("after deny and reject: %+v", state)
+	}
+
+	// Termination voids w4 (D11); everything afterwards is sealed, in D18 order.
+	if _, err := rt.Terminate(bg, agent, runtime.Kill{By: "ops", At: sec(4)}); err != nil {
+		t.Fatal(err)
+	}
+	if state = mustState(t, rt, agent); len(state.Pending) != 0 || state.Status != lineage.Terminated || state.Termination != lineage.Killed {
+		t.Errorf("after terminate: %+v", state)
+	}
+	apErr("approve after terminate", approve("w4", "alice", 5), lineage.ErrSealed)
+	apErr("reject after terminate", reject("w4", "alice", 5), lineage.ErrSealed)
+	apErr("unknown id after terminate", approve("nope", "alice", 5), lineage.ErrSealed)
+	apErr("bad approver after terminate", approve("w4", "", 5), lineage.ErrBadApprover)
+	apErr("time backwards after terminate", approve("w4", "alice", 3.5), lineage.ErrTimeBackwards)
+	kill := func(by string, at float64) func() (lineage.Verdict, error) {
+		return func() (lineage.Verdict, error) {
+			_, err := rt.Terminate(bg, agent, runtime.Kill{By: by, At: sec(at)})
+			return lineage.Verdict{}, err
+		}
+	}
+	apErr("terminate twice", kill("ops", 5), lineage.ErrSealed)
+	apErr("terminate without by, sealed", kill("", 5), lineage.ErrBadRequest)
+	apErr("terminate backwards, sealed", kill("ops", 3), lineage.ErrTimeBackwards)
+	if err := rt.Verify(agent); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTerminateErrors: the kill switch on a live agent (D13, D18).
+func TestTerminateErrors(t *testing.T) {
+	st := newMem()
+	rt := runtime.Open(st, opts("kill"))
+	agent := mustCreate(t, rt, mustCompileYAML(t, reqPolicy), runtime.CreateOptions{})
+	mustRequest(t, rt, agent, lineage.Request{Tool: "pay", At: sec(2)})
+	noTrace(t, rt, st, agent, "terminate errors", func() {
+		if _, err := rt.Terminate(bg, agent, runtime.Kill{At: sec(3)}); !errors.Is(err, lineage.ErrBadRequest) {
+			t.Errorf("no by: %v", err)
+		}
+		if _, err := rt.Terminate(bg, agent, runtime.Kill{By: "ops", At: sec(1)}); !errors.Is(err, lineage.ErrTimeBackwards) {
+			t.Errorf("backwards: %v", err)
+		}
+		if _, err := rt.Terminate(bg, "agt_nobody", runtime.Kill{By: "ops", At: sec(3)}); !errors.Is(err, lineage.ErrUnknownAgent) {
+			t.Errorf("unknown agent: %v", err)
+		}
+	})
+	state, err := rt.Terminate(bg, agent, runtime.Kill{By: "ops", Note: "why not", At: sec(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state.Status != lineage.Terminated || state.Termination != lineage.Killed || state.Seq != 3 {
+		t.Errorf("terminate: %+v", state)
+	}
+	if _, err := rt.Terminate(bg, agent, runtime.Kill{By: "ops", At: sec(3)}); !errors.Is(err, lineage.ErrSealed) {
+		t.Errorf("second terminate: %v", err)
+	}
+	// A fresh runtime sees a sealed log too.
+	if _, err := runtime.Open(st, reopenOpts()).Terminate(bg, agent, runtime.Kill{By: "ops", At: sec(3)}); !errors.Is(err, lineage.ErrSealed) {
+		t.Errorf("terminate after reopening: %v", err)
+	}
+}
+
+// TestParent: a new agent may name its parent; an empty head is filled with
+// the parent's current head (SPEC §1).
+func TestParent(t *testing.T) {
+	st := newMem()
+	rt := runtime.Open(st, opts("parent"))
+	c := mustCompileYAML(t, reqPolicy)
+	parent := mustCreate(t, rt, c, runtime.CreateOptions{Name: "v1"})
+	mustRequest(t, rt, parent, lineage.Request{Tool: "pay", At: sec(1)})
+	head := mustState(t, rt, parent).Head
+
+	genesisOf := func(rt *runtime.Runtime, agent string) lineage.GenesisBody {
+		t.Helper()
+		recs, err := rt.Records(agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g lineage.GenesisBody
+		if err := json.Unmarshal(recs[0].Body, &g); err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	child := mustCreate(t, rt, c, runtime.CreateOptions{Name: "v2", Parent: &lineage.Parent{Agent: parent}, At: sec(2)})
+	if g := genesisOf(rt, child); g.Parent == nil || *g.Parent != (lineage.Parent{Agent: parent, Head: head}) || g.Name != "v2" || g.Agent != child {
+		t.Errorf("child genesis %+v, want parent %s at head %s", g, parent, head)
+	}
+	// Loaded from the store by a fresh runtime, too.
+	rt2 := runtime.Open(st, opts("parent2"))
+	child2 := mustCreate(t, rt2, c, runtime.CreateOptions{Parent: &lineage.Parent{Agent: parent}, At: sec(2)})
+	if g := genesisOf(rt2, child2); g.Parent == nil || g.Parent.Head != head {
+		t.Errorf("child of a reloaded parent: %+v", g)
+	}
+	// An explicit head is kept as given.
+	given := lineage.Parent{Agent: parent, Head: "sha256:" + strings.Repeat("ab", 32)}
+	child3 := mustCreate(t, rt, c, runtime.CreateOptions{Parent: &given, At: sec(2)})
+	if g := genesisOf(rt, child3); g.Parent == nil || *g.Parent != given {
+		t.Errorf("explicit head: %+v", g)
+	}
+	// The parent's log is untouched, and the children are alive with fresh state.
+	if s := mustState(t, rt, parent); s.Head != head {
+		t.Errorf("parent head moved to %s", s.Head)
+	}
+	if s := mustState(t, rt, child); s.Spent != 0 || s.Seq != 1 || s.Status != lineage.Alive {
+		t.Errorf("child state %+v", s)
+	}
+	// An unknown parent with no head is an error and creates nothing.
+	before, _ := rt.Agents()
+	if _, err := rt.CreateAgent(bg, c, runtime.CreateOptions{Parent: &lineage.Parent{Agent: "agt_nobody"}, At: sec(3)}); !errors.Is(err, lineage.ErrUnknownAgent) {
+		t.Errorf("unknown parent: %v", err)
+	}
+	if after, _ := rt.Agents(); !reflect.DeepEqual(before, after) {
+		t.Errorf("agents %v became %v", before, after)
+	}
+}

@@ -2,10 +2,12 @@ package runtime
 
 import (
 	"context"
+
 	"crypto/rand"
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"github.com/open-policy-agent/opa/v1/ast"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +27,11 @@ type Options struct {
 	Clock func() time.Time
 	// NewAgentID makes agent ids; nil means "agt_" + 26 random base32 letters.
 	NewAgentID func() string
+	// OnDecision, if set, sees every OPA evaluation: the policy digest and the
+	// input exactly as the query received it (decision logging, benchmarks that
+	// replay the same inputs against OPA alone). It runs under the agent's lock
+	// and must not keep or change the input.
+	OnDecision func(digest string, input ast.Value)
 }
 
 // Runtime guards agents: it decides their requests and keeps their logs.
@@ -341,7 +348,7 @@ func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Reque
 	if id == "" {
 		id = fmt.Sprintf("req_%d", seq) // unique: callers cannot use this form (D17)
 	}
-	d, err := a.eng.decide(ctx, a.eng.input(modeRequest, id, cr.tool, cr.argsValue, at, a.f))
+	d, err := r.decide(ctx, a, a.eng.input(modeRequest, id, cr.tool, cr.argsValue, at, a.f))
 	if err != nil {
 		return lineage.Verdict{}, fmt.Errorf("agent %s: %w", a.id, err)
 	}
@@ -357,6 +364,13 @@ func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Reque
 		return lineage.Verdict{}, err
 	}
 	return v, nil
+}
+
+func (r *Runtime) decide(ctx context.Context, a *agent, in ast.Value) (decision, error) {
+	if r.opts.OnDecision != nil {
+		r.opts.OnDecision(a.eng.compiled.Digest, in)
+	}
+	return a.eng.decide(ctx, in)
 }
 
 func verdictOf(d decision, requestID string, seq uint64) lineage.Verdict {
@@ -410,7 +424,7 @@ func (r *Runtime) decidePending(ctx context.Context, agentID string, ap Approval
 	if err != nil {
 		return lineage.Verdict{}, fmt.Errorf("agent %s: pending request %q: %w", a.id, req.ID, err)
 	}
-	d, err := a.eng.decide(ctx, a.eng.input(m, req.ID, req.Tool, cr.argsValue, at, a.f))
+	d, err := r.decide(ctx, a, a.eng.input(m, req.ID, req.Tool, cr.argsValue, at, a.f))
 	if err != nil {
 		return lineage.Verdict{}, fmt.Errorf("agent %s: %w", a.id, err)
 	}

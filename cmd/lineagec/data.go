@@ -1,0 +1,95 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/compiler"
+	"github.com/lineage-guard/lineage/policy"
+	"github.com/lineage-guard/lineage/runtime"
+	"github.com/lineage-guard/lineage/runtime/store"
+)
+
+// lockName is the lock file lineagec keeps in a data directory so that two
+// lineagec processes never append to one directory at the same time (the
+// File store must own its directory alone). Store.Agents lists only *.jsonl
+// files, so the lock file is never taken for an agent.
+const lockName = ".lineagec.lock"
+
+// session is an open data directory: the File store, the runtime over it and
+// the lock that keeps other lineagec processes out while this one writes.
+type session struct {
+	dir    string
+	st     *store.File
+	rt     *runtime.Runtime
+	unlock func()
+}
+
+// access says what a command does with the data directory.
+type access int
+
+const (
+	readData   access = iota // the directory must exist; shared lock
+	writeData                // the directory must exist; exclusive lock
+	createData               // the directory is created if missing; exclusive lock
+)
+
+// openSession opens the data directory. Only agent create makes a missing
+// directory: every other command reports it, so a typo in --data does not
+// quietly start an empty store.
+func openSession(g *globalParams, how access) (*session, error) {
+	dir := g.dataDir()
+	info, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && how != createData:
+		return nil, fmt.Errorf("no lineage data at %s; create an agent first with `lineagec agent create`", dir)
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("creating the data directory: %w", err)
+		}
+	case err != nil:
+		return nil, fmt.Errorf("data directory: %w", err)
+	case !info.IsDir():
+		return nil, fmt.Errorf("data directory %s is not a directory", dir)
+	}
+	unlock, err := lockFile(filepath.Join(dir, lockName), how != readData)
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.OpenFile(dir, store.FileOptions{})
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	rt := runtime.Open(st, runtime.Options{
+		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
+	})
+	return &session{dir: dir, st: st, rt: rt, unlock: unlock}, nil
+}
+
+// close closes the store and releases the lock. Records were durable when
+// they were acknowledged, so a failure here is only worth a warning: it must
+// not turn an allow into an error exit.
+func (s *session) close(stderr io.Writer) {
+	if err := s.st.Close(); err != nil {
+		fmt.Fprintf(stderr, "lineagec: warning: closing the store: %v\n", err)
+	}
+	s.unlock()
+}
+
+// agentError makes the runtime's and the store's errors about an agent id
+// readable.
+func (s *session) agentError(agent string, err error) error {
+	switch {
+	case errors.Is(err, lineage.ErrUnknownAgent), errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("unknown agent %q in %s (`lineagec agent list` shows the agents)", agent, s.dir)
+	case errors.Is(err, store.ErrBadAgent):
+		return fmt.Errorf("%q is not an agent id", agent)
+	}
+	return err
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/runtime"
+)
+
+type requestParams struct {
+	*globalParams
+	args    string
+	argsSet bool // --args was given (even as "")
+	id      string
+}
+
+func newRequestCmd(g *globalParams) *cobra.Command {
+	p := requestParams{globalParams: g}
+	cmd := &cobra.Command{
+		Use:   "request AGENT TOOL [--args JSON] [--id ID]",
+		Short: "Ask the guard whether an agent may call a tool",
+		Long: `Request decides one tool call of an agent and records it in the agent's log.
+--args is the call's arguments as one JSON object; --id is the caller's
+idempotency key: a retry with the same id, tool and args returns the recorded
+verdict again and records nothing (the same id with another tool or other args
+is an error). Without --id the guard assigns req_<seq>.
+
+It prints the verdict as one line of JSON:
+  {"decision","reason","cost","scar","terminated","request_id","seq"}
+A malformed request (bad tool name, args not a JSON object, …), an unknown agent
+or an id conflict is an error, and nothing is recorded.
+` + exitCodesHelp + `
+request exits 0 allow, 2 deny, 3 pending (approve or reject it with its
+request_id), 1 error.`,
+		Args: argsUsage(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p.argsSet = cmd.Flags().Changed("args")
+			return runRequest(cmd.Context(), p, args, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	cmd.Flags().StringVar(&p.args, "args", "", `the tool call's arguments, one JSON object (e.g. '{"amount": 120}')`)
+	cmd.Flags().StringVar(&p.id, "id", "", "idempotency key of the request (unique per agent)")
+	return cmd
+}
+
+func runRequest(ctx context.Context, p requestParams, args []string, stdout, stderr io.Writer) error {
+	agent, tool := args[0], args[1]
+	req := lineage.Request{ID: p.id, Tool: tool}
+	if p.argsSet || p.args != "" {
+		a, err := runtime.ParseArgs(p.args)
+		if err != nil {
+			return fmt.Errorf("--args: %w", err)
+		}
+		req.Args = a
+	}
+	s, err := openSession(p.globalParams, writeData)
+	if err != nil {
+		return err
+	}
+	defer s.close(stderr)
+	v, err := s.rt.Request(ctx, agent, req)
+	if err != nil {
+		return s.agentError(agent, err)
+	}
+	if err := writeJSONLine(stdout, v); err != nil {
+		return err
+	}
+	return verdictExit(v)
+}

@@ -53,14 +53,16 @@ type celConstraint struct {
 
 // compileCEL parses and type-checks an expression. A syntax error, an unknown
 // variable or a non-bool result is a diagnostic at ptr.
-func compileCEL(env *cel.Env, expr, ptr string, pos diag.Position) (cel.Program, diag.List) {
+// pos is where the expression's text starts in the file; blockCol, for a YAML
+// block scalar, the column its lines start at.
+func compileCEL(env *cel.Env, expr, ptr string, pos diag.Position, blockCol int) (cel.Program, diag.List) {
 	parsed, iss := env.Parse(expr)
 	if iss.Err() != nil {
-		return nil, celIssues(diag.CodeCELSyntax, iss, ptr, pos)
+		return nil, celIssues(diag.CodeCELSyntax, iss, ptr, pos, blockCol)
 	}
 	checked, iss := env.Check(parsed)
 	if iss.Err() != nil {
-		return nil, celIssues(diag.CodeCELType, iss, ptr, pos)
+		return nil, celIssues(diag.CodeCELType, iss, ptr, pos, blockCol)
 	}
 	// dyn is accepted: `args.approved` may well be a bool; at run time anything
 	// that is not exactly true violates the constraint.
@@ -75,7 +77,7 @@ func compileCEL(env *cel.Env, expr, ptr string, pos diag.Position) (cel.Program,
 	return prg, nil
 }
 
-func celIssues(code string, iss *cel.Issues, ptr string, pos diag.Position) diag.List {
+func celIssues(code string, iss *cel.Issues, ptr string, pos diag.Position, blockCol int) diag.List {
 	var out diag.List
 	for _, e := range iss.Errors() {
 		d := diag.Diagnostic{Code: code, Pointer: ptr, Position: pos}
@@ -83,11 +85,16 @@ func celIssues(code string, iss *cel.Issues, ptr string, pos diag.Position) diag
 		msg := e.Message
 		if loc != nil && loc.Line() > 0 {
 			msg = fmt.Sprintf("CEL %s at expression %d:%d", msg, loc.Line(), loc.Column()+1)
-			// A single-line expression starts on its node's line: point at the
-			// column inside the file (exact for plain scalars, one short for quoted).
-			if d.Line > 0 && loc.Line() == 1 {
+			// Point at the character inside the file: exact for plain and quoted
+			// scalars on one line (without escapes) and for block scalars.
+			switch {
+			case d.Line == 0:
+			case blockCol > 0:
+				d.Line += loc.Line() - 1
+				d.Col = blockCol + loc.Column()
+			case loc.Line() == 1:
 				d.Col += loc.Column()
-			} else if d.Line > 0 {
+			default:
 				d.Line += loc.Line() - 1
 				d.Col = loc.Column() + 1
 			}
@@ -122,13 +129,12 @@ func celHolds(progs []cel.Program, idx, input *ast.Term) bool {
 	if !ok {
 		return false
 	}
-	req, _ := in.Get(ast.InternedTerm("request")).Value.(ast.Object)
-	st, _ := in.Get(ast.InternedTerm("state")).Value.(ast.Object)
+	req, _ := value(in.Get(ast.InternedTerm("request"))).(ast.Object)
+	st, _ := value(in.Get(ast.InternedTerm("state"))).(ast.Object)
 	if req == nil || st == nil {
 		return false
 	}
-	toolTerm := req.Get(ast.InternedTerm("tool"))
-	tool, ok := toolTerm.Value.(ast.String)
+	tool, ok := value(req.Get(ast.InternedTerm("tool"))).(ast.String)
 	if !ok {
 		return false
 	}
@@ -140,7 +146,7 @@ func celHolds(progs []cel.Program, idx, input *ast.Term) bool {
 	if err != nil {
 		return false
 	}
-	atNs, ok := req.Get(ast.InternedTerm("at_ns")).Value.(ast.Number)
+	atNs, ok := value(req.Get(ast.InternedTerm("at_ns"))).(ast.Number)
 	if !ok {
 		return false
 	}
@@ -159,6 +165,14 @@ func celHolds(progs []cel.Program, idx, input *ast.Term) bool {
 	}
 	b, ok := out.Value().(bool)
 	return ok && b
+}
+
+// value is t's value, nil for a missing term: a malformed input fails closed.
+func value(t *ast.Term) ast.Value {
+	if t == nil {
+		return nil
+	}
+	return t.Value
 }
 
 // celValue converts a Rego value into what CEL expects of JSON: integral numbers

@@ -3,6 +3,7 @@ package compiler
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -77,7 +78,7 @@ func CompileDocument(doc *source.Document, dir string) (*policy.Compiled, error)
 			if !filepath.IsAbs(path) {
 				path = filepath.Join(dir, path)
 			}
-			src, err := os.ReadFile(path)
+			src, err := readExtension(path)
 			if err != nil {
 				diags = append(diags, diag.Diagnostic{Code: diag.CodeIO, Pointer: e.pointer, Position: e.pos,
 					Message: fmt.Sprintf("cannot read extension: %v", err)})
@@ -97,6 +98,13 @@ func CompileDocument(doc *source.Document, dir string) (*policy.Compiled, error)
 	progs, celDiags := compileConstraints(n, doc)
 	diags = append(diags, celDiags...)
 	if len(diags) > 0 {
+		// Report every problem: if every extension parsed into its package, OPA
+		// can still check them (type errors, unknown functions) alongside the rest.
+		if extensionsParsed(exts, diags) {
+			probe := &policy.Compiled{Query: lineagerego.Query}
+			probe.Modules = modulesOf(n, "sha256:unchecked", exts)
+			diags = append(diags, checkModules(probe, exts)...)
+		}
 		diags.Sort()
 		return nil, diags
 	}
@@ -105,19 +113,19 @@ func CompileDocument(doc *source.Document, dir string) (*policy.Compiled, error)
 	if err != nil {
 		return nil, diag.List{{Code: diag.CodeSchema, Message: "internal: " + err.Error()}}
 	}
+	if len(canon) > source.MaxBytes {
+		// The runtime recompiles record 1 when it reopens an agent; a document
+		// the loader would refuse then must be refused now.
+		return nil, diag.List{{Code: diag.CodeTooLarge, Position: doc.Pos(""),
+			Message: fmt.Sprintf("the normalized policy (extensions inlined) is %d bytes, over the limit of %d", len(canon), source.MaxBytes)}}
+	}
 	c := &policy.Compiled{
 		Digest:   digest,
 		Document: canon,
 		Policy:   n,
 		Query:    lineagerego.Query,
 	}
-	for _, m := range lineagerego.Library() {
-		c.Modules = append(c.Modules, policy.Module{Name: m.Name, Source: m.Source})
-	}
-	c.Modules = append(c.Modules, policy.Module{Name: PolicyModule, Source: generate(n, digest, exts)})
-	for i, e := range exts {
-		c.Modules = append(c.Modules, policy.Module{Name: fmt.Sprintf("ext/%d.rego", i), Source: e.source})
-	}
+	c.Modules = modulesOf(n, digest, exts)
 	if len(progs) > 0 {
 		c.Options = []func(*rego.Rego){celOption(progs)}
 	}
@@ -125,6 +133,54 @@ func CompileDocument(doc *source.Document, dir string) (*policy.Compiled, error)
 		return nil, diags
 	}
 	return c, nil
+}
+
+func extensionsParsed(exts []*extension, diags diag.List) bool {
+	for _, e := range exts {
+		if e == nil || e.module == nil {
+			return false
+		}
+	}
+	for _, d := range diags {
+		if d.Code == diag.CodeRegoPackage || d.Code == diag.CodeIO {
+			return false
+		}
+	}
+	return true
+}
+
+// modulesOf lists a compiled policy's modules: library, generated policy, extensions.
+func modulesOf(n policy.Policy, digest string, exts []*extension) []policy.Module {
+	var mods []policy.Module
+	for _, m := range lineagerego.Library() {
+		mods = append(mods, policy.Module{Name: m.Name, Source: m.Source})
+	}
+	mods = append(mods, policy.Module{Name: PolicyModule, Source: generate(n, digest, exts)})
+	for i, e := range exts {
+		mods = append(mods, policy.Module{Name: fmt.Sprintf("ext/%d.rego", i), Source: e.source})
+	}
+	return mods
+}
+
+// readExtension reads an extension file: a regular file within the size limit
+// (a path such as /dev/zero must not hang the compiler).
+func readExtension(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if info.Size() > source.MaxBytes {
+		return nil, fmt.Errorf("%s is %d bytes, over the limit of %d", path, info.Size(), source.MaxBytes)
+	}
+	return io.ReadAll(io.LimitReader(f, source.MaxBytes+1))
 }
 
 // compileConstraints type-checks every `when` expression, in the order the
@@ -160,7 +216,8 @@ func compileConstraints(n policy.Policy, doc *source.Document) ([]cel.Program, d
 				}
 			}
 			ptr := diag.Pointer(append(r.ptr, "when", fmt.Sprint(i), "expr")...)
-			prg, ds := compileCEL(env, c.Expr, ptr, doc.Pos(ptr))
+			text, blockCol := doc.TextPos(ptr)
+			prg, ds := compileCEL(env, c.Expr, ptr, text, blockCol)
 			diags = append(diags, ds...)
 			progs = append(progs, prg)
 		}

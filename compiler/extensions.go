@@ -25,7 +25,10 @@ var extPrefix = ast.MustParseRef("data.lineage.ext")
 
 // forbiddenPrefixes are the outside-world builtin families; any builtin marked
 // nondeterministic by OPA is forbidden too. Replaying a log must reproduce its verdicts.
-var forbiddenPrefixes = []string{"http.", "net.", "io.", "rand.", "uuid.", "opa.", "time.now_ns"}
+// crypto.x509.parse_and_verify_certificates* check validity against the wall
+// clock, though OPA does not mark them nondeterministic.
+var forbiddenPrefixes = []string{"http.", "net.", "io.", "rand.", "uuid.", "opa.", "time.now_ns",
+	"crypto.x509.parse_and_verify_certificates"}
 
 func forbiddenBuiltin(name string) bool {
 	if b, ok := ast.BuiltinMap[name]; ok && b.Nondeterministic {
@@ -98,7 +101,36 @@ func parseExtension(e *extension) diag.List {
 		}
 		return false
 	})
+	sortByModuleLocation(out)
 	return out
+}
+
+// sortByModuleLocation orders one module's diagnostics by their place in the
+// module (they share the policy position of an inline source).
+func sortByModuleLocation(ds diag.List) {
+	sort.SliceStable(ds, func(i, j int) bool {
+		a, b := ds[i], ds[j]
+		if a.Line != b.Line {
+			return a.Line < b.Line
+		}
+		if a.Col != b.Col {
+			return a.Col < b.Col
+		}
+		ma, mb := moduleLine(a.Message), moduleLine(b.Message)
+		if ma[0] != mb[0] {
+			return ma[0] < mb[0]
+		}
+		return ma[1] < mb[1]
+	})
+}
+
+// moduleLine extracts "(module line R:C)" as a sortable pair.
+func moduleLine(msg string) [2]int {
+	var r, c int
+	if i := strings.LastIndex(msg, "(module line "); i >= 0 {
+		fmt.Sscanf(msg[i:], "(module line %d:%d)", &r, &c)
+	}
+	return [2]int{r, c}
 }
 
 // regoErrors turns OPA's errors into diagnostics placed in the policy.

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-
-	"github.com/open-policy-agent/opa/v1/ast"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/lineage-guard/lineage/policy"
 )
@@ -75,7 +75,8 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 
 	// Extensions see the matched rule as input.rule; they can only add denials
 	// and approval requirements.
-	if pkgs := extPackages(exts); len(pkgs) > 0 {
+	// Without any rule every request is an unlisted tool: extensions never run.
+	if pkgs := extPackages(exts); len(pkgs) > 0 && (len(names) > 0 || n.DefaultRule != nil) {
 		for _, p := range pkgs {
 			w("_ext_denies contains extlib.normalize(d) if {\n")
 			w("\tds := %s.deny with input.rule as rule\n", p)
@@ -111,7 +112,7 @@ func writeWhen(w func(string, ...any), name string, whens []policy.Constraint, n
 
 // ruleTerm is the Rego object for a tool rule, as extensions see it in input.rule.
 // max_calls is always present (null without a cap), so that every definition of
-// `rule` has the same shape for OPA's type checker.
+// `rule` has the same shape for OPA's type checker. JSON is Rego syntax.
 func ruleTerm(r policy.ToolRule) string {
 	raw, err := json.Marshal(struct {
 		normRule
@@ -120,19 +121,43 @@ func ruleTerm(r policy.ToolRule) string {
 	if err != nil {
 		panic(err) // plain data: cannot fail
 	}
-	v, err := ast.ValueFromReader(strings.NewReader(string(raw)))
-	if err != nil {
+	var sorted map[string]any // encoding/json writes map keys in order
+	if err := json.Unmarshal(raw, &sorted); err != nil {
 		panic(err)
 	}
-	return v.String()
+	return jsonText(sorted)
 }
 
-func quote(s string) string { return ast.String(s).String() }
+// quote writes a Rego string literal: a JSON string, whose escapes Rego shares
+// (Go's strconv.Quote escapes such as \a or \x00 are not Rego).
+func quote(s string) string { return jsonText(s) }
 
+func jsonText(v any) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic(err) // plain data: cannot fail
+	}
+	// Rego's scanner refuses a byte-order mark anywhere, even inside a string.
+	return strings.ReplaceAll(strings.TrimSuffix(b.String(), "\n"), "\uFEFF", `\ufeff`)
+}
+
+// oneLine makes an expression safe and short for a Rego comment: printable
+// characters only, cut on a character boundary.
 func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
+	s = strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || r == '\uFEFF' || !unicode.IsPrint(r) {
+			return '?'
+		}
+		return r
+	}, strings.Join(strings.Fields(s), " "))
 	if len(s) > 80 {
-		s = s[:77] + "..."
+		n := 77
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		s = s[:n] + "..."
 	}
 	return s
 }

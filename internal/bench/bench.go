@@ -103,7 +103,9 @@ func (a *agentRun) next(k int) op {
 	return o
 }
 
-func (a *agentRun) saw(o op, v lineage.Verdict) { a.pending = !o.approve && v.Decision == lineage.Pending }
+func (a *agentRun) saw(o op, v lineage.Verdict) {
+	a.pending = !o.approve && v.Decision == lineage.Pending
+}
 
 func workloads() ([]*workload, error) {
 	w := []*workload{
@@ -375,4 +377,3 @@ func decideOne(ctx context.Context, rt *runtime.Runtime, agent string, a *agentR
 	a.saw(o, v)
 	return v, err
 }
-

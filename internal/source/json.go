@@ -138,6 +138,9 @@ func skipSeparators(b []byte, i int) int {
 func (p *jsonParser) value(tok json.Token, start int, ptr string, depth int) (any, error) {
 	line, col := p.cur.at(p.data, start)
 	p.d.set(ptr, line, col)
+	if _, ok := tok.(string); ok {
+		p.d.setText(ptr, line, col+1, 0) // after the opening quote
+	}
 	switch t := tok.(type) {
 	case json.Delim:
 		if depth+1 > MaxDepth {

@@ -36,10 +36,14 @@ type Document struct {
 	failed bool            // Load reported diagnostics; Value is nil and meaningless
 }
 
-// span is where a node starts and, for an object member, where its key starts.
+// span is where a node starts and, for an object member, where its key starts;
+// for a string, also where its text starts (after an opening quote; the first
+// content line of a YAML block scalar, whose lines all start at column tindent).
 type span struct {
 	line, col   int
 	kline, kcol int
+	tline, tcol int
+	tindent     int
 }
 
 // Load parses data as JSON when it starts (after whitespace and a UTF-8 byte
@@ -146,6 +150,26 @@ func (d *Document) set(ptr string, line, col int) {
 	s := d.pos[ptr]
 	s.line, s.col = line, col
 	d.pos[ptr] = s
+}
+
+func (d *Document) setText(ptr string, line, col, indent int) {
+	s := d.pos[ptr]
+	s.tline, s.tcol, s.tindent = line, col, indent
+	d.pos[ptr] = s
+}
+
+// TextPos is where the text of the string at pointer starts in the file: after
+// the opening quote of a quoted string, at the first content line of a YAML
+// block scalar. For a block scalar, blockCol is the column every content line
+// starts at (0 otherwise), so a position inside the text (an expression's
+// line and column) maps into the file. Falls back to Pos.
+func (d *Document) TextPos(pointer string) (pos diag.Position, blockCol int) {
+	if d != nil {
+		if s, ok := d.pos[pointer]; ok && s.tline > 0 {
+			return diag.Position{File: d.File, Line: s.tline, Col: s.tcol}, s.tindent
+		}
+	}
+	return d.Pos(pointer), 0
 }
 
 func (d *Document) setKey(ptr string, line, col int) {

@@ -143,6 +143,29 @@ func lineText(data []byte, n int) (string, bool) {
 	return strings.TrimSuffix(string(data), "\r"), true
 }
 
+// recordText notes where a scalar's text starts: past the quote of a quoted
+// scalar; at the first non-blank line after a block scalar's indicator, whose
+// indentation every content line shares.
+func (c *yamlConv) recordText(n *yaml.Node, ptr string) {
+	switch {
+	case n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0:
+		c.d.setText(ptr, n.Line, n.Column+1, 0)
+	case n.Style&(yaml.LiteralStyle|yaml.FoldedStyle) != 0:
+		lines := bytes.Split(c.data, []byte("\n"))
+		for l := n.Line; l < len(lines); l++ { // lines[l] is line l+1
+			text := bytes.TrimRight(lines[l], " \r")
+			if len(text) == 0 {
+				continue
+			}
+			indent := len(text) - len(bytes.TrimLeft(text, " ")) + 1
+			c.d.setText(ptr, l+1, indent, indent)
+			return
+		}
+	default:
+		c.d.setText(ptr, n.Line, n.Column, 0)
+	}
+}
+
 func (c *yamlConv) errorf(n *yaml.Node, ptr, code, format string, args ...any) {
 	c.diags = append(c.diags, diag.Diagnostic{Code: code, Pointer: ptr,
 		Position: diag.Position{File: c.d.File, Line: n.Line, Col: n.Column},
@@ -172,6 +195,9 @@ func (c *yamlConv) value(n *yaml.Node, ptr string, depth int, record bool) any {
 	}
 	if record {
 		c.d.set(ptr, n.Line, n.Column)
+		if n.Kind == yaml.ScalarNode {
+			c.recordText(n, ptr)
+		}
 	}
 	switch n.Kind {
 	case yaml.AliasNode:

@@ -1,0 +1,5 @@
+package lineage.ext.from_file
+
+deny contains {"reason": "x"} if {
+	input.request.tool == == "pay"
+}

@@ -233,7 +233,9 @@ func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
 	if f.owed != "" {
 		// The verdict that ended the agent is durable but its termination record
 		// is not (a crash between them): seal the log as the verdict said.
-		if _, err := a.append(r.store, f.lastAt, item{kind: lineage.KindTermination, body: &lineage.TerminationBody{Reason: f.owed}}); err != nil {
+		// A read-only store leaves that to the next writer.
+		_, err := a.append(r.store, f.lastAt, item{kind: lineage.KindTermination, body: &lineage.TerminationBody{Reason: f.owed}})
+		if err != nil && !errors.Is(err, store.ErrReadOnly) {
 			return nil, fmt.Errorf("agent %s: completing its termination: %w", id, err)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/compiler"
@@ -15,26 +14,19 @@ import (
 	"github.com/lineage-guard/lineage/runtime/store"
 )
 
-// lockName is the lock file lineagec keeps in a data directory so that two
-// lineagec processes never append to one directory at the same time (the
-// File store must own its directory alone). Store.Agents lists only *.jsonl
-// files, so the lock file is never taken for an agent.
-const lockName = ".lineagec.lock"
-
-// session is an open data directory: the File store, the runtime over it and
-// the lock that keeps other lineagec processes out while this one writes.
+// session is an open data directory: the File store (which holds the
+// directory's lock: shared for readers, exclusive for a writer) and the runtime over it.
 type session struct {
-	dir    string
-	st     *store.File
-	rt     *runtime.Runtime
-	unlock func()
+	dir string
+	st  *store.File
+	rt  *runtime.Runtime
 }
 
 // access says what a command does with the data directory.
 type access int
 
 const (
-	readData   access = iota // the directory must exist; shared lock
+	readData   access = iota // the directory must exist; opened read-only (shared lock)
 	writeData                // the directory must exist; exclusive lock
 	createData               // the directory is created if missing; exclusive lock
 )
@@ -57,29 +49,25 @@ func openSession(g *globalParams, how access) (*session, error) {
 	case !info.IsDir():
 		return nil, fmt.Errorf("data directory %s is not a directory", dir)
 	}
-	unlock, err := lockFile(filepath.Join(dir, lockName), how != readData)
+	// Another lineagec (or a service embedding the runtime) may hold the
+	// directory: wait for it rather than fail.
+	st, err := store.OpenFile(dir, store.FileOptions{ReadOnly: how == readData, WaitForLock: true})
 	if err != nil {
-		return nil, err
-	}
-	st, err := store.OpenFile(dir, store.FileOptions{})
-	if err != nil {
-		unlock()
 		return nil, err
 	}
 	rt := runtime.Open(st, runtime.Options{
 		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
 	})
-	return &session{dir: dir, st: st, rt: rt, unlock: unlock}, nil
+	return &session{dir: dir, st: st, rt: rt}, nil
 }
 
-// close closes the store and releases the lock. Records were durable when
+// close closes the store, which releases the lock. Records were durable when
 // they were acknowledged, so a failure here is only worth a warning: it must
 // not turn an allow into an error exit.
 func (s *session) close(stderr io.Writer) {
 	if err := s.st.Close(); err != nil {
 		fmt.Fprintf(stderr, "lineagec: warning: closing the store: %v\n", err)
 	}
-	s.unlock()
 }
 
 // agentError makes the runtime's and the store's errors about an agent id

@@ -55,9 +55,19 @@ type FileOptions struct {
 	// MaxOpenFiles bounds the log files kept open (default 4096); the least
 	// recently used idle ones are closed beyond it.
 	MaxOpenFiles int
+	// ReadOnly opens the directory to read logs only: no directory is made,
+	// Create and Append fail with ErrReadOnly, and the lock is shared, so any
+	// number of readers (and no writer) may hold it.
+	ReadOnly bool
+	// WaitForLock waits for another process to release the directory instead
+	// of failing at once with ErrLocked.
+	WaitForLock bool
 
 	hooks *fileHooks // tests only: failure injection
 }
+
+// LockName is the lock file a File keeps in its directory.
+const LockName = ".lock"
 
 // fileHooks inject failures in tests; production code cannot set them.
 type fileHooks struct {
@@ -82,6 +92,7 @@ type fileHooks struct {
 type File struct {
 	dir     string
 	dirF    *os.File
+	lock    *os.File // the directory's lock, held until Close
 	opts    FileOptions
 	logs    sync.Map // agent id → *fileLog
 	handles handles
@@ -118,8 +129,10 @@ func OpenFile(dir string, opts FileOptions) (*File, error) {
 	if dir == "" {
 		return nil, errors.New("store: open: empty directory name")
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", dir, err)
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("store: open %s: %w", dir, err)
+		}
 	}
 	st, err := os.Stat(dir)
 	if err != nil {
@@ -128,14 +141,21 @@ func OpenFile(dir string, opts FileOptions) (*File, error) {
 	if !st.IsDir() {
 		return nil, fmt.Errorf("store: open %s: not a directory", dir)
 	}
-	probe, err := os.CreateTemp(dir, ".probe-*")
-	if err != nil {
-		return nil, fmt.Errorf("store: open %s: directory not writable: %w", dir, err)
+	if !opts.ReadOnly {
+		probe, err := os.CreateTemp(dir, ".probe-*")
+		if err != nil {
+			return nil, fmt.Errorf("store: open %s: directory not writable: %w", dir, err)
+		}
+		probe.Close()
+		os.Remove(probe.Name())
 	}
-	probe.Close()
-	os.Remove(probe.Name())
+	lock, err := lockDir(filepath.Join(dir, LockName), opts.ReadOnly, opts.WaitForLock)
+	if err != nil {
+		return nil, err
+	}
 	dirF, err := os.Open(dir)
 	if err != nil {
+		unlockDir(lock)
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
 	if opts.SyncWorkers <= 0 {
@@ -151,7 +171,7 @@ func OpenFile(dir string, opts FileOptions) (*File, error) {
 			mode = SyncFS
 		}
 	}
-	s := &File{dir: dir, dirF: dirF, opts: opts, drained: make(chan struct{}, 1)}
+	s := &File{dir: dir, dirF: dirF, lock: lock, opts: opts, drained: make(chan struct{}, 1)}
 	s.handles.max = opts.MaxOpenFiles
 	s.commit = newCommitter(s, mode)
 	return s, nil
@@ -191,6 +211,9 @@ func (s *File) Create(agent string) error {
 		return err
 	}
 	defer s.exit()
+	if s.opts.ReadOnly {
+		return fmt.Errorf("%w: create %s in %s", ErrReadOnly, agent, s.dir)
+	}
 	if err := checkAgent(agent); err != nil {
 		return err
 	}
@@ -269,7 +292,11 @@ func (s *File) open(l *fileLog) error {
 		s.handles.touch(l)
 		return nil
 	}
-	f, err := os.OpenFile(l.path, os.O_RDWR, 0)
+	flag := os.O_RDWR
+	if s.opts.ReadOnly {
+		flag = os.O_RDONLY
+	}
+	f, err := os.OpenFile(l.path, flag, 0)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("%w: %s (%s)", ErrNotFound, l.agent, l.path)
@@ -316,6 +343,9 @@ func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 		return err
 	}
 	defer s.exit()
+	if s.opts.ReadOnly {
+		return fmt.Errorf("%w: append to %s in %s", ErrReadOnly, agent, s.dir)
+	}
 	l, err := s.log(agent)
 	if err != nil {
 		return err
@@ -500,5 +530,6 @@ func (s *File) Close() error {
 	if err := s.dirF.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("store: close %s: %w", s.dir, err))
 	}
+	unlockDir(s.lock)
 	return errors.Join(errs...)
 }

@@ -305,9 +305,61 @@ func TestOpenFileErrors(t *testing.T) {
 	if st, err := os.Stat(nested); err != nil || !st.IsDir() {
 		t.Fatalf("OpenFile did not create %s: %v", nested, err)
 	}
-	if ents, _ := os.ReadDir(nested); len(ents) != 0 {
-		t.Fatalf("OpenFile left files behind: %v", ents)
+	if ents, _ := os.ReadDir(nested); len(ents) != 1 || ents[0].Name() != LockName {
+		t.Fatalf("OpenFile left files behind besides its lock: %v", ents)
 	}
+}
+
+// TestFileLock: one writer owns a directory; readers share it with each other.
+func TestFileLock(t *testing.T) {
+	dir := t.TempDir()
+	w := openFile(t, dir, FileOptions{})
+	if err := w.Create("agt_a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Append("agt_a", 0, []byte(`{"x":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := OpenFile(dir, FileOptions{}); !errors.Is(err, ErrLocked) {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("a second writer: %v, want ErrLocked", err)
+	}
+	if s, err := OpenFile(dir, FileOptions{ReadOnly: true}); !errors.Is(err, ErrLocked) {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("a reader while a writer holds the directory: %v, want ErrLocked", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r1 := openFile(t, dir, FileOptions{ReadOnly: true})
+	r2 := openFile(t, dir, FileOptions{ReadOnly: true})
+	n := 0
+	if err := r2.Scan("agt_a", func(uint64, []byte) error { n++; return nil }); err != nil || n != 1 {
+		t.Fatalf("read-only scan: %d records, %v", n, err)
+	}
+	if err := r1.Append("agt_a", 1, []byte(`{"x":2}`)); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("append on a read-only store: %v, want ErrReadOnly", err)
+	}
+	if err := r1.Create("agt_b"); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("create on a read-only store: %v, want ErrReadOnly", err)
+	}
+	if s, err := OpenFile(dir, FileOptions{}); !errors.Is(err, ErrLocked) {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("a writer while readers hold the directory: %v, want ErrLocked", err)
+	}
+	r1.Close()
+	r2.Close()
+	w2 := openFile(t, dir, FileOptions{})
+	if err := w2.Append("agt_a", 1, []byte(`{"x":2}`)); err != nil {
+		t.Fatalf("a writer after the readers left: %v", err)
+	}
+	w2.Close()
 }
 
 // TestFileDirGone removes the directory under an open store: every call

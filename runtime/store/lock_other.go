@@ -1,0 +1,11 @@
+//go:build !unix
+
+package store
+
+import "os"
+
+// lockDir is a no-op where flock(2) is not available: there, do not open one
+// directory from two processes at the same time.
+func lockDir(path string, shared, wait bool) (*os.File, error) { return nil, nil }
+
+func unlockDir(f *os.File) {}

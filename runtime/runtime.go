@@ -189,7 +189,7 @@ func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
 	f := newFolded()
 	var prevKind lineage.Kind
 	err := r.store.Scan(id, func(seq uint64, line []byte) error {
-		rec, err := openRecord(line, seq, f.head)
+		rec, err := openRecordFast(line, seq, f.head)
 		if err != nil {
 			return err
 		}

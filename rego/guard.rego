@@ -6,12 +6,12 @@
 #   input.mode         "request" | "approve" | "reject"
 #   input.request      {id, tool, args, at, at_ns}
 #   input.state        {budget, spent, remaining, scar_score, calls}
-#   input.rate_kth_ns  (only once there have been max_actions allowed actions)
+#   input.rate_kth_age_ns  (only once there have been max_actions allowed actions)
 #
-# rate_kth_ns is the time of the max_actions-th most recent allowed action:
-# "at least k allowed actions in (t - w, t]" is "the k-th most recent one is
-# later than t - w", since no recorded time is later than t. Steps 1-2 (retries,
-# sealed logs) are bookkeeping in the runtime.
+# rate_kth_age_ns is how long ago (t minus its time) the max_actions-th most
+# recent allowed action was: "at least k allowed actions in (t - w, t]" is "the
+# k-th most recent one is less than w old", since no recorded time is later
+# than t. Steps 1-2 (retries, sealed logs) are bookkeeping in the runtime.
 #
 # The result is one object, data.lineage.guard.verdict:
 #   {decision, reason, cost, scar ("none" | severity), weight, terminated (null | reason)}
@@ -28,7 +28,7 @@ verdict := {"decision": "deny", "reason": "approval_rejected", "cost": 0, "scar"
 } else := denial("unlisted_tool", "moderate") if {
 	not policy.rule
 } else := denial("rate_limited", "minor") if {
-	input.rate_kth_ns > input.request.at_ns - policy.rate_window_ns
+	input.rate_kth_age_ns < policy.rate_window_ns
 } else := denial("max_calls_exceeded", "minor") if {
 	cap := policy.rule.max_calls
 	cap != null

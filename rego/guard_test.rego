@@ -45,12 +45,12 @@ test_scar_limit_one_short if {
 
 test_rate_limit_half_open_window if {
 	# The k-th most recent allowed action at exactly t - window no longer counts.
-	edge := object.union(inp("pay", 10, 0), {"rate_kth_ns": 0})
+	edge := object.union(inp("pay", 10, 0), {"rate_kth_age_ns": 10000000000})
 	v := guard.verdict with input as edge with data.lineage.policy.rule as pay
 		with data.lineage.policy.rate_window_ns as 10000000000
 		with data.lineage.policy.scar_weights as weights with data.lineage.policy.scar_limit as 10
 	v.decision == "allow"
-	inside := object.union(inp("pay", 10, 0), {"rate_kth_ns": 1})
+	inside := object.union(inp("pay", 10, 0), {"rate_kth_age_ns": 9999999999})
 	w := guard.verdict with input as inside with data.lineage.policy.rule as pay
 		with data.lineage.policy.rate_window_ns as 10000000000
 		with data.lineage.policy.scar_weights as weights with data.lineage.policy.scar_limit as 10

@@ -66,7 +66,7 @@ const (
 )
 
 var (
-	kMode, kRequest, kState, kRateKth = ast.InternedTerm("mode"), ast.InternedTerm("request"), ast.InternedTerm("state"), ast.InternedTerm("rate_kth_ns")
+	kMode, kRequest, kState, kRateKth = ast.InternedTerm("mode"), ast.InternedTerm("request"), ast.InternedTerm("state"), ast.InternedTerm("rate_kth_age_ns")
 	kID, kTool, kArgs, kAt, kAtNs     = ast.InternedTerm("id"), ast.InternedTerm("tool"), ast.InternedTerm("args"), ast.InternedTerm("at"), ast.InternedTerm("at_ns")
 	kBudget, kSpent, kRemaining       = ast.InternedTerm("budget"), ast.InternedTerm("spent"), ast.InternedTerm("remaining")
 	kScarScore, kCalls                = ast.InternedTerm("scar_score"), ast.InternedTerm("calls")
@@ -105,7 +105,7 @@ func (e *engine) input(m mode, id, tool string, args ast.Value, at time.Time, f 
 		ast.Item(kState, ast.NewTerm(state)),
 	)
 	if kth, ok := f.rateKth(); ok {
-		in.Insert(kRateKth, ast.IntNumberTerm(int(kth)))
+		in.Insert(kRateKth, ast.IntNumberTerm(int(at.UnixNano()-kth)))
 	}
 	return in
 }

@@ -144,7 +144,8 @@ func (f *folded) allowed(tool string, cost int64, at time.Time) {
 }
 
 // rateKth is the time of the max_actions-th most recent allowed action, if
-// there have been that many: the one number the Rego's rate check compares.
+// there have been that many: its age is the one number the Rego's rate check
+// compares with the window.
 func (f *folded) rateKth() (int64, bool) {
 	if f.maxActions == 0 || len(f.window) < f.maxActions {
 		return 0, false

@@ -26,23 +26,103 @@ type unsigned struct {
 
 // sealRecord computes the record's hash and its stored form: the canonical JSON
 // (RFC 8785) of the whole record, hash included, on one line. The body is
-// canonicalized by the JCS library; the envelope around it is written by
+// canonical JSON (see canonicalBody); the envelope around it is written by
 // envelope, whose values need no canonicalization (see there).
-func sealRecord(seq uint64, at time.Time, kind lineage.Kind, prev string, body any) (lineage.Record, []byte, error) {
-	raw, err := json.Marshal(body)
-	if err != nil {
-		return lineage.Record{}, nil, err
-	}
-	canonBody, err := jcs.Transform(raw)
+func sealRecord(seq uint64, at time.Time, it item, prev string) (lineage.Record, []byte, error) {
+	canonBody, err := canonicalBody(it)
 	if err != nil {
 		return lineage.Record{}, nil, err
 	}
 	t := lineage.Time{Time: at.UTC()}
 	buf := make([]byte, 0, 2*len(canonBody)+320)
-	signed := envelope(buf, seq, t, kind, prev, canonBody, "")
+	signed := envelope(buf, seq, t, it.kind, prev, canonBody, "")
 	hash := hashText(signed)
-	line := envelope(signed[len(signed):], seq, t, kind, prev, canonBody, hash)
-	return lineage.Record{Seq: seq, At: t, Kind: kind, Prev: prev, Body: canonBody, Hash: hash}, line, nil
+	line := envelope(signed[len(signed):], seq, t, it.kind, prev, canonBody, hash)
+	return lineage.Record{Seq: seq, At: t, Kind: it.kind, Prev: prev, Body: canonBody, Hash: hash}, line, nil
+}
+
+// The bodies of the records every decision writes, as encoding/json writes
+// them canonically: fields in RFC 8785 order (by name), only int numbers, args
+// already canonical (from the request check), no HTML escaping. The one
+// difference left between encoding/json and RFC 8785 for such values is that
+// Go escapes U+2028 and U+2029 in strings; canonicalBody hands any body with
+// those to the JCS library. TestCanonicalBodies holds the two equal.
+type (
+	actionWire struct {
+		Request requestWire `json:"request"`
+		Verdict verdictWire `json:"verdict"`
+	}
+	requestWire struct {
+		Args json.RawMessage `json:"args"`
+		ID   string          `json:"id"`
+		Tool string          `json:"tool"`
+	}
+	verdictWire struct {
+		Cost       int64               `json:"cost"`
+		Decision   lineage.Decision    `json:"decision"`
+		Reason     string              `json:"reason"`
+		RequestID  string              `json:"request_id"`
+		Scar       *scarWire           `json:"scar"`
+		Seq        uint64              `json:"seq"`
+		Terminated lineage.Termination `json:"terminated"`
+	}
+	scarWire struct {
+		Severity lineage.Severity `json:"severity"`
+		Weight   int64            `json:"weight"`
+	}
+	approvalWire struct {
+		Approved  bool        `json:"approved"`
+		Approver  string      `json:"approver"`
+		RequestID string      `json:"request_id"`
+		Verdict   verdictWire `json:"verdict"`
+	}
+	terminationWire struct {
+		By     string              `json:"by,omitempty"`
+		Note   string              `json:"note,omitempty"`
+		Reason lineage.Termination `json:"reason"`
+	}
+)
+
+func wireVerdict(v lineage.Verdict) verdictWire {
+	w := verdictWire{Cost: v.Cost, Decision: v.Decision, Reason: v.Reason, RequestID: v.RequestID,
+		Seq: v.Seq, Terminated: v.Terminated}
+	if v.Scar != nil {
+		w.Scar = &scarWire{Severity: v.Scar.Severity, Weight: v.Scar.Weight}
+	}
+	return w
+}
+
+// canonicalBody returns the RFC 8785 canonical JSON of a record's body.
+func canonicalBody(it item) ([]byte, error) {
+	var wire any
+	switch b := it.body.(type) {
+	case *lineage.ActionBody:
+		if it.args != nil {
+			wire = actionWire{Request: requestWire{Args: it.args, ID: b.Request.ID, Tool: b.Request.Tool},
+				Verdict: wireVerdict(b.Verdict)}
+		}
+	case *lineage.ApprovalBody:
+		wire = approvalWire{Approved: b.Approved, Approver: b.Approver, RequestID: b.RequestID, Verdict: wireVerdict(b.Verdict)}
+	case *lineage.TerminationBody:
+		wire = terminationWire{By: b.By, Note: b.Note, Reason: b.Reason}
+	}
+	if wire != nil {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(wire); err != nil {
+			return nil, err
+		}
+		out := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+		if !bytes.Contains(out, []byte(`\u2028`)) && !bytes.Contains(out, []byte(`\u2029`)) {
+			return out, nil
+		}
+	}
+	raw, err := json.Marshal(it.body)
+	if err != nil {
+		return nil, err
+	}
+	return jcs.Transform(raw)
 }
 
 // envelope appends a record's canonical JSON around its canonical body; with
@@ -202,6 +282,27 @@ func openRecordFast(line []byte, seq uint64, prev string) (lineage.Record, error
 		return openRecord(line, seq, prev)
 	}
 	return lineage.Record{Seq: seq, At: t, Kind: kind, Prev: prev, Body: line[bodyStart:bodyEnd], Hash: hash}, nil
+}
+
+// bodyIsCanonical tells whether a record's body is exactly the canonical JSON
+// of what it decodes to, so that replay accepts exactly what verify accepts
+// (a body rewritten with a space or a duplicate key and rehashed is refused by
+// both). An action body is re-encoded by the canonical writer, its args (if
+// any) checked by the JCS library; the rarer kinds go to the library whole.
+func bodyIsCanonical(rec lineage.Record, body any, canonArgs []byte) bool {
+	if rec.Kind == lineage.KindAction {
+		again, err := canonicalBody(item{kind: rec.Kind, body: body, args: canonArgs})
+		if err != nil || !bytes.Equal(again, rec.Body) {
+			return false
+		}
+		if string(canonArgs) == "{}" {
+			return true
+		}
+		args, err := jcs.Transform(canonArgs)
+		return err == nil && bytes.Equal(args, canonArgs)
+	}
+	canon, err := jcs.Transform(rec.Body)
+	return err == nil && bytes.Equal(canon, rec.Body)
 }
 
 // openRecordStrict is openRecord plus an independent check by the JCS library

@@ -200,6 +200,9 @@ func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
 		if err != nil {
 			return &ChainError{Seq: seq, Reason: err.Error()}
 		}
+		if !bodyIsCanonical(rec, body, canonArgs) {
+			return &ChainError{Seq: seq, Reason: "record body is not in canonical form (RFC 8785)"}
+		}
 		if err := f.fold(rec, body, canonArgs); err != nil {
 			return &ChainError{Seq: seq, Reason: err.Error()}
 		}
@@ -275,7 +278,7 @@ func (a *agent) append(st store.Store, at time.Time, items ...item) ([]lineage.R
 		first = 0
 	}
 	for i, it := range items {
-		rec, line, err := sealRecord(first+uint64(i), at, it.kind, prev, it.body)
+		rec, line, err := sealRecord(first+uint64(i), at, it, prev)
 		if err != nil {
 			return nil, fmt.Errorf("agent %s: encoding %s record: %w", a.id, it.kind, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -21,6 +22,7 @@ type benchParams struct {
 	store                                       string
 	json                                        bool
 	gogc                                        int
+	cpuProfile                                  string
 }
 
 func newBenchCmd(g *globalParams) *cobra.Command {
@@ -53,6 +55,7 @@ measures an idle agent's state. Progress goes to stderr; --json prints one objec
 	f.StringVar(&p.store, "store", "both", "memory, file or both")
 	f.BoolVar(&p.json, "json", false, "print the results as one JSON object")
 	f.IntVar(&p.gogc, "gogc", 400, "GC percent for the run (GOGC overrides; -1 leaves the default)")
+	f.StringVar(&p.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to FILE (go tool pprof)")
 	return cmd
 }
 
@@ -67,6 +70,17 @@ func runBench(ctx context.Context, p benchParams, stdout, stderr io.Writer) erro
 		// Every path is measured under the same setting.
 		debug.SetGCPercent(p.gogc)
 		os.Setenv("GOGC", strconv.Itoa(p.gogc))
+	}
+	if p.cpuProfile != "" {
+		f, err := os.Create(p.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	res, err := bench.Run(ctx, bench.Options{
 		Agents: p.agents, FileAgents: p.fileAgents, Requests: p.requests, Store: p.store,
@@ -84,6 +98,11 @@ func runBench(ctx context.Context, p benchParams, stdout, stderr io.Writer) erro
 	fmt.Fprintf(tw, "reference model p50\t%s\n", ns(res.OracleP50))
 	fmt.Fprintf(tw, "raw OPA p50 / p99\t%s / %s\n", ns(res.RawOPAP50), ns(res.RawOPAP99))
 	fmt.Fprintf(tw, "runtime, memory p50 / p99\t%s / %s (%.2f× raw OPA)\n", ns(res.RuntimeMemP50), ns(res.RuntimeMemP99), res.RuntimeMemOverRawOPA)
+	for _, name := range []string{"invoice", "cel", "extension"} {
+		if pl, ok := res.PerPolicy[name]; ok {
+			fmt.Fprintf(tw, "  %s policy p50: raw OPA / runtime\t%s / %s (%.2f×)\n", name, ns(pl.RawOPAP50), ns(pl.RuntimeMemP50), pl.Ratio)
+		}
+	}
 	fmt.Fprintf(tw, "runtime, memory throughput\t%.0f decisions/s\n", res.RuntimeMemPerSec)
 	if res.RuntimeFilePerSec > 0 {
 		fmt.Fprintf(tw, "runtime, file p50 / p99\t%s / %s\n", ns(res.RuntimeFileP50), ns(res.RuntimeFileP99))

@@ -40,26 +40,34 @@ type Options struct {
 
 // Result is what a run measured. Latencies are per decision (a request or an approval).
 type Result struct {
-	Workload                    Mix     `json:"workload"`
-	OracleP50                   int64   `json:"oracle_p50_ns"`
-	RawOPAP50                   int64   `json:"raw_opa_p50_ns"`
-	RawOPAP99                   int64   `json:"raw_opa_p99_ns"`
-	RuntimeMemP50               int64   `json:"runtime_mem_p50_ns"`
-	RuntimeMemP99               int64   `json:"runtime_mem_p99_ns"`
-	RuntimeMemPerSec            float64 `json:"runtime_mem_decisions_per_sec"`
-	RuntimeMemOverRawOPA        float64 `json:"runtime_mem_p50_over_raw_opa_p50"`
-	RuntimeFilePerSec           float64 `json:"runtime_file_decisions_per_sec,omitempty"`
-	RuntimeFileP50              int64   `json:"runtime_file_p50_ns,omitempty"`
-	RuntimeFileP99              int64   `json:"runtime_file_p99_ns,omitempty"`
-	ReplayRecordsPerSec         float64 `json:"replay_records_per_sec,omitempty"`
-	StateBytesPerAgent          int64   `json:"state_bytes_per_agent"`
-	FreshP50                    int64   `json:"fresh_agent_p50_ns,omitempty"`
-	LongLogP50                  int64   `json:"long_log_p50_ns,omitempty"`
-	LongLogRecords              int     `json:"long_log_records,omitempty"`
-	LongLogOverFresh            float64 `json:"long_log_p50_over_fresh_p50,omitempty"`
-	GOMAXPROCS                  int     `json:"gomaxprocs"`
-	GOGC                        string  `json:"gogc"`
-	OracleCoversExtensionPolicy bool    `json:"oracle_covers_extension_policy"`
+	Workload                    Mix                      `json:"workload"`
+	OracleP50                   int64                    `json:"oracle_p50_ns"`
+	RawOPAP50                   int64                    `json:"raw_opa_p50_ns"`
+	RawOPAP99                   int64                    `json:"raw_opa_p99_ns"`
+	PerPolicy                   map[string]PolicyLatency `json:"per_policy"`
+	RuntimeMemP50               int64                    `json:"runtime_mem_p50_ns"`
+	RuntimeMemP99               int64                    `json:"runtime_mem_p99_ns"`
+	RuntimeMemPerSec            float64                  `json:"runtime_mem_decisions_per_sec"`
+	RuntimeMemOverRawOPA        float64                  `json:"runtime_mem_p50_over_raw_opa_p50"`
+	RuntimeFilePerSec           float64                  `json:"runtime_file_decisions_per_sec,omitempty"`
+	RuntimeFileP50              int64                    `json:"runtime_file_p50_ns,omitempty"`
+	RuntimeFileP99              int64                    `json:"runtime_file_p99_ns,omitempty"`
+	ReplayRecordsPerSec         float64                  `json:"replay_records_per_sec,omitempty"`
+	StateBytesPerAgent          int64                    `json:"state_bytes_per_agent"`
+	FreshP50                    int64                    `json:"fresh_agent_p50_ns,omitempty"`
+	LongLogP50                  int64                    `json:"long_log_p50_ns,omitempty"`
+	LongLogRecords              int                      `json:"long_log_records,omitempty"`
+	LongLogOverFresh            float64                  `json:"long_log_p50_over_fresh_p50,omitempty"`
+	GOMAXPROCS                  int                      `json:"gomaxprocs"`
+	GOGC                        string                   `json:"gogc"`
+	OracleCoversExtensionPolicy bool                     `json:"oracle_covers_extension_policy"`
+}
+
+// PolicyLatency is one workload policy's p50s on the single-goroutine runs.
+type PolicyLatency struct {
+	RawOPAP50     int64   `json:"raw_opa_p50_ns"`
+	RuntimeMemP50 int64   `json:"runtime_mem_p50_ns"`
+	Ratio         float64 `json:"runtime_over_raw_opa"`
 }
 
 // Mix counts the verdicts of the memory-store run.
@@ -229,17 +237,18 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	agents := newRuns(o.Agents)
 
-	// (c) runtime, memory store; recording every OPA input for (b).
-	say("runtime, memory store: %d agents × %d decisions on %d goroutines", o.Agents, o.Requests, res.GOMAXPROCS)
+	// (c) runtime, memory store. Latency: one goroutine runs every agent's
+	// decisions (interleaved), recording each OPA input for (b), so both are
+	// measured the same way. Throughput: a fresh runtime on GOMAXPROCS
+	// long-lived goroutines.
+	say("runtime, memory store, latency: %d agents × %d decisions on one goroutine", o.Agents, o.Requests)
 	var (
 		inputsMu sync.Mutex
 		inputs   = map[string][]ast.Value{}
 	)
 	rec := func(digest string, in ast.Value) {
 		inputsMu.Lock()
-		if len(inputs[digest]) < 200_000 {
-			inputs[digest] = append(inputs[digest], in)
-		}
+		inputs[digest] = append(inputs[digest], in)
 		inputsMu.Unlock()
 	}
 	rt := runtime.Open(store.NewMemory(), runtime.Options{Compile: compile, OnDecision: rec})
@@ -250,30 +259,58 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	mix := Mix{Reasons: map[string]int{}}
-	var mixMu sync.Mutex
-	lat, wall, err := drive(ctx, len(agents), res.GOMAXPROCS, func(i, k int) (lineage.Verdict, error) {
-		return decideOne(ctx, rt, ids[i], agents[i], k)
-	}, o.Requests, func(v lineage.Verdict) {
-		mixMu.Lock()
-		mix.count(v)
-		mixMu.Unlock()
-	})
+	byPolicy := map[string][]time.Duration{}
+	var byPolicyMu sync.Mutex
+	lat, _, err := drive(ctx, len(agents), 1, func(i, k int) (lineage.Verdict, error) {
+		t0 := time.Now()
+		v, err := decideOne(ctx, rt, ids[i], agents[i], k)
+		d := time.Since(t0)
+		byPolicyMu.Lock()
+		byPolicy[agents[i].w.name] = append(byPolicy[agents[i].w.name], d)
+		byPolicyMu.Unlock()
+		return v, err
+	}, o.Requests, func(v lineage.Verdict) { mix.count(v) })
 	if err != nil {
 		return nil, err
 	}
 	res.Workload = mix
 	res.RuntimeMemP50, res.RuntimeMemP99 = percentile(lat, 50), percentile(lat, 99)
-	res.RuntimeMemPerSec = float64(len(lat)) / wall.Seconds()
-	say("runtime, memory store: p50 %s, p99 %s, %.0f decisions/s", time.Duration(res.RuntimeMemP50), time.Duration(res.RuntimeMemP99), res.RuntimeMemPerSec)
+	say("runtime, memory store: p50 %s, p99 %s", time.Duration(res.RuntimeMemP50), time.Duration(res.RuntimeMemP99))
+
+	say("runtime, memory store, throughput: %d agents × %d decisions on %d goroutines", o.Agents, o.Requests, res.GOMAXPROCS)
+	trt := runtime.Open(store.NewMemory(), runtime.Options{Compile: compile})
+	truns := newRuns(o.Agents)
+	tids := make([]string, len(truns))
+	for i, a := range truns {
+		if tids[i], err = trt.CreateAgent(ctx, a.w.compiled, runtime.CreateOptions{At: genesis}); err != nil {
+			return nil, err
+		}
+	}
+	tlat, wall, err := drive(ctx, len(truns), res.GOMAXPROCS, func(i, k int) (lineage.Verdict, error) {
+		return decideOne(ctx, trt, tids[i], truns[i], k)
+	}, o.Requests, nil)
+	if err != nil {
+		return nil, err
+	}
+	res.RuntimeMemPerSec = float64(len(tlat)) / wall.Seconds()
+	say("runtime, memory store: %.0f decisions/s", res.RuntimeMemPerSec)
 
 	// (b) OPA alone: the same compiled Rego, prepared once, on the recorded inputs.
 	say("raw OPA on the %d recorded inputs", countInputs(inputs))
-	raw, err := rawOPA(ctx, ws, inputs)
+	raw, rawByPolicy, err := rawOPA(ctx, ws, inputs)
 	if err != nil {
 		return nil, err
 	}
 	res.RawOPAP50, res.RawOPAP99 = percentile(raw, 50), percentile(raw, 99)
 	res.RuntimeMemOverRawOPA = float64(res.RuntimeMemP50) / float64(res.RawOPAP50)
+	res.PerPolicy = map[string]PolicyLatency{}
+	for _, w := range ws {
+		pl := PolicyLatency{RawOPAP50: percentile(rawByPolicy[w.name], 50), RuntimeMemP50: percentile(byPolicy[w.name], 50)}
+		if pl.RawOPAP50 > 0 {
+			pl.Ratio = float64(pl.RuntimeMemP50) / float64(pl.RawOPAP50)
+		}
+		res.PerPolicy[w.name] = pl
+	}
 	say("raw OPA: p50 %s, p99 %s", time.Duration(res.RawOPAP50), time.Duration(res.RawOPAP99))
 
 	// (a) the reference model on the same ops (it runs no Rego: extension agents are left out).

@@ -67,8 +67,9 @@ func drive(ctx context.Context, n, workers int, do func(agent, k int) (lineage.V
 // rawOPA evaluates the recorded inputs with a prepared query per policy, the
 // way the runtime does (parsed input, no-op metrics, external cancel), but with
 // no log, no store and no state: OPA's floor for this workload.
-func rawOPA(ctx context.Context, ws []*workload, inputs map[string][]ast.Value) ([]time.Duration, error) {
+func rawOPA(ctx context.Context, ws []*workload, inputs map[string][]ast.Value) ([]time.Duration, map[string][]time.Duration, error) {
 	var lat []time.Duration
+	byPolicy := map[string][]time.Duration{}
 	cancel := topdown.NewCancel()
 	noop := metrics.NoOp()
 	for _, w := range ws {
@@ -83,18 +84,20 @@ func rawOPA(ctx context.Context, ws []*workload, inputs map[string][]ast.Value) 
 		opts = append(opts, c.Options...)
 		pq, err := rego.New(opts...).PrepareForEval(ctx)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, in := range inputs[c.Digest] {
 			t0 := time.Now()
 			rs, err := pq.Eval(ctx, rego.EvalParsedInput(in), rego.EvalMetrics(noop), rego.EvalExternalCancel(cancel))
-			lat = append(lat, time.Since(t0))
+			d := time.Since(t0)
+			lat = append(lat, d)
+			byPolicy[w.name] = append(byPolicy[w.name], d)
 			if err != nil || len(rs) != 1 {
-				return nil, fmt.Errorf("raw OPA: %v", err)
+				return nil, nil, fmt.Errorf("raw OPA: %v", err)
 			}
 		}
 	}
-	return lat, nil
+	return lat, byPolicy, nil
 }
 
 func countInputs(m map[string][]ast.Value) int {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -180,7 +182,7 @@ func (c *Case) step(ctx context.Context, rt *runtime.Runtime, agent string, s St
 // compareStep checks the fields an expect lists, and only those.
 func compareStep(exp map[string]any, v *lineage.Verdict, stepErr error, st lineage.State) []string {
 	var fails []string
-	keys := sortedKeys(exp)
+	keys := slices.Sorted(maps.Keys(exp))
 	if want, ok := exp["error"]; ok {
 		switch w := want.(type) {
 		case bool:
@@ -257,7 +259,7 @@ func verdictField(k string, v *lineage.Verdict) any {
 // compareState checks the state fields expect_state lists (SPEC §8).
 func compareState(exp map[string]any, st lineage.State) []string {
 	var fails []string
-	for _, k := range sortedKeys(exp) {
+	for _, k := range slices.Sorted(maps.Keys(exp)) {
 		want := exp[k]
 		var got any
 		switch k {
@@ -402,15 +404,6 @@ func verdictText(v *lineage.Verdict) string {
 		return "no error"
 	}
 	return fmt.Sprintf("verdict %s %s", v.Decision, v.Reason)
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func indent(s string) string {

@@ -29,7 +29,10 @@ type engine struct {
 	fullState bool
 }
 
-func newEngine(ctx context.Context, c *policy.Compiled) (*engine, error) {
+// PrepareQuery prepares a compiled policy's verdict query exactly as the
+// runtime evaluates it: its modules and builtins, Rego v1, and results left as
+// ast terms (no conversion to Go values). Benchmarks use it for OPA's floor.
+func PrepareQuery(ctx context.Context, c *policy.Compiled) (rego.PreparedEvalQuery, error) {
 	opts := []func(*rego.Rego){
 		rego.Query(c.Query),
 		rego.SetRegoVersion(ast.RegoV1),
@@ -41,7 +44,15 @@ func newEngine(ctx context.Context, c *policy.Compiled) (*engine, error) {
 	opts = append(opts, c.Options...)
 	pq, err := rego.New(opts...).PrepareForEval(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("preparing policy %s: %w", c.Digest, err)
+		return pq, fmt.Errorf("preparing policy %s: %w", c.Digest, err)
+	}
+	return pq, nil
+}
+
+func newEngine(ctx context.Context, c *policy.Compiled) (*engine, error) {
+	pq, err := PrepareQuery(ctx, c)
+	if err != nil {
+		return nil, err
 	}
 	return &engine{compiled: c, query: pq, cancel: topdown.NewCancel(), metrics: metrics.NoOp(),
 		fullState: len(c.Options) > 0 || len(c.Policy.Rego) > 0}, nil

@@ -74,15 +74,7 @@ func rawOPA(ctx context.Context, ws []*workload, inputs map[string][]ast.Value) 
 	noop := metrics.NoOp()
 	for _, w := range ws {
 		c := w.compiled
-		opts := []func(*rego.Rego){
-			rego.Query(c.Query), rego.SetRegoVersion(ast.RegoV1),
-			rego.GenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }),
-		}
-		for _, m := range c.Modules {
-			opts = append(opts, rego.Module(m.Name, m.Source))
-		}
-		opts = append(opts, c.Options...)
-		pq, err := rego.New(opts...).PrepareForEval(ctx)
+		pq, err := runtime.PrepareQuery(ctx, c)
 		if err != nil {
 			return nil, nil, err
 		}

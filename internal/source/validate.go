@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -389,7 +391,7 @@ func (v *validation) leaf(e *jsonschema.ValidationError, kw string) []finding {
 		known := propertyNames(parentSchema)
 		var out []finding
 		if ok {
-			for _, name := range sortedKeys(obj) {
+			for _, name := range slices.Sorted(maps.Keys(obj)) {
 				if _, isKnown := known[name]; isKnown || matchesPattern(parentSchema, name) {
 					continue
 				}
@@ -534,15 +536,6 @@ func matchesPattern(s map[string]any, name string) bool {
 		}
 	}
 	return false
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // instancePointer converts the validator's instance location (tokens escaped

@@ -2,8 +2,11 @@ package runtime_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -340,6 +343,27 @@ func TestDamageFailsClosed(t *testing.T) {
 			return rechain(clone(), mid, map[int]lineage.Kind{mid: lineage.KindPolicy})
 		}, uint64(mid), false, true},
 		{"genesis missing", func() [][]byte { return clone()[1:] }, 0, false, true},
+		// A forger (or a buggy writer) who recomputes the hash over a body that
+		// is not canonical JSON: the stored hash is then not the hash SPEC §1
+		// defines, and the line is not canonical. Replay must refuse it as
+		// verify does, or State and verify disagree about one log.
+		{"non-canonical body (space), rehashed", func() [][]byte {
+			return rehashBody(t, clone(), mid, func(b []byte) []byte { return append([]byte("{ "), b[1:]...) })
+		}, uint64(mid), false, true},
+		{"non-canonical body (key order), rehashed", func() [][]byte {
+			return rehashBody(t, clone(), mid, func(b []byte) []byte {
+				var m map[string]json.RawMessage
+				if err := json.Unmarshal(b, &m); err != nil {
+					t.Fatal(err)
+				}
+				return []byte(`{"verdict":` + string(m["verdict"]) + `,"request":` + string(m["request"]) + `}`)
+			})
+		}, uint64(mid), false, true},
+		{"duplicate key in body, rehashed", func() [][]byte {
+			return rehashBody(t, clone(), 0, func(b []byte) []byte {
+				return append([]byte(`{"agent":"agt_someone_else",`), b[1:]...)
+			})
+		}, 0, false, true},
 		{"empty line", func() [][]byte {
 			l := clone()
 			return append(l[:mid], append([][]byte{{}}, l[mid:]...)...)
@@ -380,6 +404,32 @@ func TestDamageFailsClosed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rehashBody replaces record k's body by edit(body), stored verbatim, and
+// recomputes its hash over the envelope with that body; the records after it
+// are re-sealed so that the chain links.
+func rehashBody(t *testing.T, ls [][]byte, k int, edit func([]byte) []byte) [][]byte {
+	t.Helper()
+	var r lineage.Record
+	if err := json.Unmarshal(ls[k], &r); err != nil {
+		t.Fatal(err)
+	}
+	body := edit(bytes.Clone(r.Body))
+	at := r.At.UTC().Format(lineage.TimeLayout)
+	unsigned := fmt.Sprintf(`{"at":"%s","body":%s,"kind":"%s","prev":"%s","seq":%d}`, at, body, r.Kind, r.Prev, r.Seq)
+	sum := sha256.Sum256([]byte(unsigned))
+	hash := "sha256:" + hex.EncodeToString(sum[:])
+	ls[k] = []byte(fmt.Sprintf(`{"at":"%s","body":%s,"hash":"%s","kind":"%s","prev":"%s","seq":%d}`, at, body, hash, r.Kind, r.Prev, r.Seq))
+	prev := hash
+	for i := k + 1; i < len(ls); i++ {
+		var ri lineage.Record
+		if err := json.Unmarshal(ls[i], &ri); err != nil {
+			t.Fatal(err)
+		}
+		ls[i], prev = sealLine(t, uint64(i), ri.At.Time, ri.Kind, prev, json.RawMessage(ri.Body))
+	}
+	return ls
 }
 
 func checkDamaged(t *testing.T, kind string, st store.Store, agent string, seq uint64, noChain bool) {

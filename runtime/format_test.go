@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"math"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -178,5 +180,61 @@ func TestRecordBodies(t *testing.T) {
 	}
 	if v1.Seq != 2 || v2.Seq != 3 || v3.Seq != 4 || v3.Terminated != lineage.BudgetExhausted {
 		t.Errorf("verdicts %+v %+v %+v", v1, v2, v3)
+	}
+}
+
+// TestRecordFormatTrickyStrings: every free-text field of every record kind
+// (agent name, request id, args keys and strings, approver, kill note)
+// with the characters where encoders differ from RFC 8785: HTML
+// characters, U+2028/U+2029, control characters, DEL, quotes and backslashes,
+// non-BMP characters (keys are sorted by UTF-16 code units, not bytes), and
+// U+FFFD. The lines must stay canonical, verify, and replay.
+func TestRecordFormatTrickyStrings(t *testing.T) {
+	const tricky = "<a href=\"x\">&amp;</a> \u2028\u2029 \x01\x1f\x7f \\ / \U0001F600 \uFFFD é \t\n\r"
+	st := newMem()
+	rt := runtime.Open(st, opts("tricky"))
+	c := mustCompileYAML(t, `
+budget: 10
+tools:
+  pay: {cost: 1, requires_approval: true}
+  note:
+    cost: 0
+    when: [{expr: "args.ok == true", reason: not_ok, scar: minor}]
+`)
+	agent := mustCreate(t, rt, c, runtime.CreateOptions{Name: tricky})
+	args := map[string]any{
+		tricky: tricky, "\U0001F600": 1, "\uFFFD": 2, "\u00e9": 3, "e\u0301": 4, "": "", "a": []any{tricky, nil, true, 1.5, math.Copysign(0, -1), 5e-324, 1e-7, 123456.789},
+	}
+	v := mustRequest(t, rt, agent, lineage.Request{ID: tricky, Tool: "pay", Args: args, At: sec(1)})
+	if v.Decision != lineage.Pending {
+		t.Fatalf("%+v", v)
+	}
+	if _, err := rt.Approve(bg, agent, runtime.Approval{RequestID: tricky, By: tricky + "approver", At: sec(2)}); err != nil {
+		t.Fatal(err)
+	}
+	if v := mustRequest(t, rt, agent, lineage.Request{ID: "\U0001F600", Tool: "note", Args: map[string]any{"ok": false}, At: sec(3)}); v.Reason != "not_ok" {
+		t.Fatalf("constraint deny %+v", v)
+	}
+	if _, err := rt.Terminate(bg, agent, runtime.Kill{By: tricky, Note: tricky, At: sec(4)}); err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range storeLines(t, st, agent) {
+		canon, err := jcs.Transform(line)
+		if err != nil || !bytes.Equal(canon, line) {
+			t.Errorf("record %d is not canonical (%v):\nstored %s\ncanon  %s", i, err, line, canon)
+		}
+	}
+	if err := rt.Verify(agent); err != nil {
+		t.Fatal(err)
+	}
+	live := mustState(t, rt, agent)
+	replayed := mustState(t, runtime.Open(st, reopenOpts()), agent)
+	if !reflect.DeepEqual(normalizeState(live), normalizeState(replayed)) {
+		t.Errorf("replay differs:\nlive   %+v\nreplay %+v", live, replayed)
+	}
+	// The retry of the tricky id is recognized after replay, args compared canonically.
+	again, err := runtime.Open(st, reopenOpts()).Request(bg, agent, lineage.Request{ID: tricky, Tool: "pay", Args: args, At: sec(5)})
+	if err != nil || again.Seq != 3 || again.Decision != lineage.Allow {
+		t.Errorf("retry after replay: %+v, %v", again, err)
 	}
 }

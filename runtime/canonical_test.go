@@ -74,3 +74,74 @@ func TestCanonicalBodies(t *testing.T) {
 		t.Fatalf("only %d bodies took the encoding/json path; the test must exercise it", fast)
 	}
 }
+
+// TestCanonicalArgs holds the args the runtime canonicalizes without the JCS
+// library to the library's output, over random args of every JSON shape,
+// including numbers and strings that only the library writes right.
+func TestCanonicalArgs(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	keys := []string{"a", "b", "Z", "é", "\u00ff", "\ud7ff", "\ue000", "\uffff", "𝄞", "a\u2028", "<&>", ""}
+	nums := []string{"0", "-1", "7", "9007199254740992", "-9007199254740992", "1.5", "-0", "1e3", "0.1", "1.0", "100", "-0.0", "2.50"}
+	strs := []string{"x", "\u2028", "\u2029", "<tag>&amp;", "tab\t", "nul\x00", "quote\"", "é€𝄞", ""}
+	var gen func(depth int) any
+	gen = func(depth int) any {
+		switch r.IntN(8) {
+		case 0:
+			return json.Number(nums[r.IntN(len(nums))])
+		case 1:
+			return strs[r.IntN(len(strs))]
+		case 2:
+			return r.IntN(2) == 0
+		case 3:
+			return nil
+		case 4:
+			return int64(r.IntN(1000) - 500)
+		case 5:
+			if depth > 3 {
+				return "leaf"
+			}
+			var a []any
+			for n := r.IntN(3); n > 0; n-- {
+				a = append(a, gen(depth+1))
+			}
+			return a
+		default:
+			if depth > 3 {
+				return "leaf"
+			}
+			m := map[string]any{}
+			for n := r.IntN(4); n > 0; n-- {
+				m[keys[r.IntN(len(keys))]] = gen(depth + 1)
+			}
+			return m
+		}
+	}
+	plain := 0
+	for i := 0; i < 20000; i++ {
+		args := map[string]any{}
+		for n := 1 + r.IntN(4); n > 0; n-- {
+			args[keys[r.IntN(len(keys))]] = gen(1)
+		}
+		got, err := canonicalArgs(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := json.Marshal(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := jcs.Transform(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("args %s:\n got  %s\n want %s", raw, got, want)
+		}
+		if plainJSON(args) {
+			plain++
+		}
+	}
+	if plain < 2000 {
+		t.Fatalf("only %d args took the encoding/json path; the test must exercise it", plain)
+	}
+}

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/gowebpki/jcs"
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/lineage-guard/lineage"
@@ -62,11 +64,7 @@ func checkRequest(req lineage.Request) (*checkedRequest, error) {
 	if err := checkValue(args, "/args", 1); err != nil {
 		return nil, err
 	}
-	raw, err := json.Marshal(args)
-	if err != nil {
-		return nil, badRequest("args are not JSON: %v", err)
-	}
-	canon, err := canonicalJSON(json.RawMessage(raw))
+	canon, err := canonicalArgs(args)
 	if err != nil {
 		return nil, badRequest("args are not JSON: %v", err)
 	}
@@ -84,6 +82,77 @@ func checkRequest(req lineage.Request) (*checkedRequest, error) {
 		return nil, badRequest("args: %v", err)
 	}
 	return &checkedRequest{id: req.ID, tool: req.Tool, args: decoded, canonArgs: canon, argsValue: v}, nil
+}
+
+// canonicalArgs returns the RFC 8785 canonical JSON of checked args. Args made
+// of what canonical JSON writes as encoding/json does — strings without
+// U+2028/U+2029, integers in plain decimal, booleans, null, objects whose keys
+// are such strings and sort the same in UTF-8 and UTF-16 (no code point from
+// U+D800 up) — are
+// written by encoding/json; anything else (fractions, exponents, such strings
+// or keys, Go floats) goes through the JCS library. TestCanonicalArgs holds the
+// two equal.
+func canonicalArgs(args map[string]any) ([]byte, error) {
+	if plainJSON(args) {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(args); err != nil {
+			return nil, err
+		}
+		return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	}
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, err
+	}
+	return jcs.Transform(raw)
+}
+
+func plainJSON(v any) bool {
+	switch x := v.(type) {
+	case nil, bool, int, int8, int16, int32, int64, uint8, uint16, uint32:
+		return true
+	case string:
+		return !strings.ContainsAny(x, "\u2028\u2029")
+	case json.Number:
+		return plainInteger(string(x))
+	case map[string]any:
+		for k, e := range x {
+			for _, r := range k {
+				if r >= 0xD800 || r == '\u2028' || r == '\u2029' {
+					return false
+				}
+			}
+			if !plainJSON(e) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		for _, e := range x {
+			if !plainJSON(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// plainInteger: an integer as canonical JSON writes it (no sign but a minus,
+// no leading zero, not "-0"); the size was checked before.
+func plainInteger(s string) bool {
+	d := strings.TrimPrefix(s, "-")
+	if d == "" || (d[0] == '0' && (len(d) > 1 || len(s) > 1)) {
+		return false
+	}
+	for i := 0; i < len(d); i++ {
+		if d[i] < '0' || d[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // checkValue walks args: only JSON values, valid UTF-8, at most MaxArgsDepth

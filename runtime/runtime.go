@@ -41,7 +41,7 @@ type Runtime struct {
 	store   store.Store
 	opts    Options
 	mu      sync.Mutex
-	agents  map[string]*agentSlot
+	agents  sync.Map // agent id → *agentSlot; read on every request, so no lock
 	engines map[string]*engineSlot
 }
 
@@ -74,7 +74,7 @@ func Open(st store.Store, opts Options) *Runtime {
 	if opts.NewAgentID == nil {
 		opts.NewAgentID = newAgentID
 	}
-	return &Runtime{store: st, opts: opts, agents: map[string]*agentSlot{}, engines: map[string]*engineSlot{}}
+	return &Runtime{store: st, opts: opts, engines: map[string]*engineSlot{}}
 }
 
 func newAgentID() string {
@@ -155,9 +155,7 @@ func (r *Runtime) CreateAgent(ctx context.Context, c *policy.Compiled, o CreateO
 	}
 	slot := &agentSlot{a: a}
 	slot.once.Do(func() {})
-	r.mu.Lock()
-	r.agents[id] = slot
-	r.mu.Unlock()
+	r.agents.Store(id, slot)
 	return id, nil
 }
 
@@ -166,20 +164,14 @@ func (r *Runtime) Agents() ([]string, error) { return r.store.Agents() }
 
 // load returns the agent, replaying and verifying its log on first use.
 func (r *Runtime) load(ctx context.Context, id string) (*agent, error) {
-	r.mu.Lock()
-	slot := r.agents[id]
-	if slot == nil {
-		slot = &agentSlot{}
-		r.agents[id] = slot
+	v, ok := r.agents.Load(id)
+	if !ok {
+		v, _ = r.agents.LoadOrStore(id, &agentSlot{})
 	}
-	r.mu.Unlock()
+	slot := v.(*agentSlot)
 	slot.once.Do(func() { slot.a, slot.err = r.replay(ctx, id) })
 	if slot.err != nil {
-		r.mu.Lock()
-		if r.agents[id] == slot {
-			delete(r.agents, id) // a later call tries again (the log may be repaired)
-		}
-		r.mu.Unlock()
+		r.agents.CompareAndDelete(id, slot) // a later call tries again (the log may be repaired)
 	}
 	return slot.a, slot.err
 }

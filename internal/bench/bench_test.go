@@ -3,6 +3,16 @@ package bench
 import (
 	"context"
 	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/metrics"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/topdown"
+
+	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/conformance/model"
+	"github.com/lineage-guard/lineage/runtime"
+	"github.com/lineage-guard/lineage/runtime/store"
 )
 
 // TestRunSmall runs the whole measurement at a tiny size: every path must
@@ -26,5 +36,121 @@ func TestRunSmall(t *testing.T) {
 	}
 	if len(m.Reasons) < 3 {
 		t.Errorf("deny reasons %v: want at least three different reasons", m.Reasons)
+	}
+}
+
+// The same paths as `lineagec bench`, as Go benchmarks for benchstat: each
+// iteration is one decision of the invoice workload (an agent's ops in order,
+// a new agent when they run out).
+
+func benchWorkload(b *testing.B) *workload {
+	ws, err := workloads()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ws[0]
+}
+
+func BenchmarkOracle(b *testing.B) {
+	w := benchWorkload(b)
+	var (
+		m   *model.Model
+		run *agentRun
+		k   int
+	)
+	for i := 0; i < b.N; i++ {
+		if run == nil || k == len(run.ops) {
+			b.StopTimer()
+			run, k = &agentRun{w: w, ops: w.ops(uint64(i), 200)}, 0
+			var err error
+			if m, err = model.New("agt_bench", w.compiled.Policy, genesis); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+		o := run.next(k)
+		var v lineage.Verdict
+		var err error
+		if o.approve {
+			v, err = m.Approve(o.req.ID, "bench", o.req.At)
+		} else {
+			v, err = m.Request(o.req)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		run.saw(o, v)
+		k++
+	}
+}
+
+func benchRuntime(b *testing.B, st store.Store, record func(string, ast.Value)) {
+	w := benchWorkload(b)
+	ctx := context.Background()
+	rt := runtime.Open(st, runtime.Options{Compile: compile, OnDecision: record})
+	var (
+		id  string
+		run *agentRun
+		k   int
+	)
+	for i := 0; i < b.N; i++ {
+		if run == nil || k == len(run.ops) {
+			b.StopTimer()
+			run, k = &agentRun{w: w, ops: w.ops(uint64(i), 200)}, 0
+			var err error
+			if id, err = rt.CreateAgent(ctx, w.compiled, runtime.CreateOptions{At: genesis}); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+		if _, err := decideOne(ctx, rt, id, run, k); err != nil {
+			b.Fatal(err)
+		}
+		k++
+	}
+}
+
+func BenchmarkRuntimeMemory(b *testing.B) { benchRuntime(b, store.NewMemory(), nil) }
+
+func BenchmarkRuntimeFile(b *testing.B) {
+	fs, err := store.OpenFile(b.TempDir(), store.FileOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fs.Close()
+	benchRuntime(b, fs, nil)
+}
+
+// BenchmarkRawOPA evaluates the inputs the runtime built for the same
+// workload, with the runtime's own prepared query and options.
+func BenchmarkRawOPA(b *testing.B) {
+	w := benchWorkload(b)
+	ctx := context.Background()
+	var inputs []ast.Value
+	rt := runtime.Open(store.NewMemory(), runtime.Options{Compile: compile,
+		OnDecision: func(_ string, in ast.Value) { inputs = append(inputs, in) }})
+	for a := 0; a < 10; a++ {
+		id, err := rt.CreateAgent(ctx, w.compiled, runtime.CreateOptions{At: genesis})
+		if err != nil {
+			b.Fatal(err)
+		}
+		run := &agentRun{w: w, ops: w.ops(uint64(a), 200)}
+		for k := range run.ops {
+			if _, err := decideOne(ctx, rt, id, run, k); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	pq, err := runtime.PrepareQuery(ctx, w.compiled)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cancel, noop := topdown.NewCancel(), metrics.NoOp()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		rs, err := pq.Eval(ctx, rego.EvalParsedInput(inputs[i%len(inputs)]), rego.EvalMetrics(noop), rego.EvalExternalCancel(cancel))
+		if err != nil || len(rs) != 1 {
+			b.Fatal(err)
+		}
 	}
 }

@@ -101,7 +101,7 @@ func CompileDocument(doc *source.Document, dir string) (*policy.Compiled, error)
 		// Report every problem: if every extension parsed into its package, OPA
 		// can still check them (type errors, unknown functions) alongside the rest.
 		if extensionsParsed(exts, diags) {
-			probe := &policy.Compiled{Query: lineagerego.Query}
+			probe := &policy.Compiled{Query: lineagerego.Query, RejectQuery: lineagerego.RejectQuery}
 			probe.Modules = modulesOf(n, "sha256:unchecked", exts)
 			diags = append(diags, checkModules(probe, exts)...)
 		}
@@ -120,10 +120,11 @@ func CompileDocument(doc *source.Document, dir string) (*policy.Compiled, error)
 			Message: fmt.Sprintf("the normalized policy (extensions inlined) is %d bytes, over the limit of %d", len(canon), source.MaxBytes)}}
 	}
 	c := &policy.Compiled{
-		Digest:   digest,
-		Document: canon,
-		Policy:   n,
-		Query:    lineagerego.Query,
+		Digest:      digest,
+		Document:    canon,
+		Policy:      n,
+		Query:       lineagerego.Query,
+		RejectQuery: lineagerego.RejectQuery,
 	}
 	c.Modules = modulesOf(n, digest, exts)
 	if len(progs) > 0 {

@@ -52,12 +52,33 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 		w("tools := {%s}\n\n", strings.Join(quoted, ", "))
 	}
 
-	w("# The matched tool rule (SPEC §4 step 3); undefined for an unlisted tool without a default rule.\n")
+	// Each fact about a tool is a rule of its own, guarded by the tool name (or,
+	// for the default rule, by its absence from tools), so OPA's index finds it
+	// and an allowed request evaluates as few expressions as possible.
+	type entry struct {
+		cond string
+		rule policy.ToolRule
+	}
+	var rules []entry
 	for i, name := range names {
-		w("rule := %s if input.request.tool == %s\n\n", ruleTerm(n.Tools[name]), quoted[i])
+		rules = append(rules, entry{"input.request.tool == " + quoted[i], n.Tools[name]})
 	}
 	if n.DefaultRule != nil {
-		w("rule := %s if not tools[input.request.tool]\n\n", ruleTerm(*n.DefaultRule))
+		rules = append(rules, entry{"not tools[input.request.tool]", *n.DefaultRule})
+	}
+	w("# The matched tool rule (SPEC §4 step 3); undefined for an unlisted tool without a default rule.\n")
+	for _, e := range rules {
+		w("rule := %s if %s\n\n", ruleTerm(e.rule), e.cond)
+	}
+	for _, e := range rules {
+		if e.rule.MaxCalls != nil {
+			w("max_calls := %d if %s\n\n", *e.rule.MaxCalls, e.cond)
+		}
+	}
+	for _, e := range rules {
+		if e.rule.RequiresApproval {
+			w("needs_approval if %s\n\n", e.cond)
+		}
 	}
 
 	// CEL constraints: the first that does not hold denies (SPEC §5, §4 step 6).
@@ -75,8 +96,19 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 
 	// Extensions see the matched rule as input.rule; they can only add denials
 	// and approval requirements.
-	// Without any rule every request is an unlisted tool: extensions never run.
-	if pkgs := extPackages(exts); len(pkgs) > 0 && (len(names) > 0 || n.DefaultRule != nil) {
+	pkgs := extPackages(exts)
+	if len(rules) == 0 {
+		pkgs = nil // without any rule every request is an unlisted tool: extensions never run
+	}
+	switch {
+	case hasWhen(n) && len(pkgs) > 0:
+		w("constraint_denial := cel_denial if {\n\tcel_denial\n} else := ext_denial\n\n")
+	case hasWhen(n):
+		w("constraint_denial := cel_denial\n\n")
+	case len(pkgs) > 0:
+		w("constraint_denial := ext_denial\n\n")
+	}
+	if len(pkgs) > 0 {
 		for _, p := range pkgs {
 			w("_ext_denies contains extlib.normalize(d) if {\n")
 			w("\tds := %s.deny with input.rule as rule\n", p)
@@ -84,7 +116,7 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 		}
 		w("ext_denial := extlib.strongest(_ext_denies)\n\n")
 		for _, p := range pkgs {
-			w("ext_requires_approval if {\n")
+			w("needs_approval if {\n")
 			w("\trs := %s.require_approval with input.rule as rule\n", p)
 			w("\tcount(rs) > 0\n}\n\n")
 		}
@@ -160,4 +192,14 @@ func oneLine(s string) string {
 		s = s[:n] + "..."
 	}
 	return s
+}
+
+// hasWhen tells whether any rule of the policy has CEL constraints.
+func hasWhen(n policy.Policy) bool {
+	for _, r := range n.Tools {
+		if len(r.When) > 0 {
+			return true
+		}
+	}
+	return n.DefaultRule != nil && len(n.DefaultRule.When) > 0
 }

@@ -17,6 +17,7 @@ import (
 type Manifest struct {
 	Digest   string            `json:"digest"`
 	Query    string            `json:"query"`
+	Reject   string            `json:"reject_query"`
 	Modules  []string          `json:"modules"`
 	Data     string            `json:"policy"`
 	Versions map[string]string `json:"versions"`
@@ -48,7 +49,7 @@ func WriteDir(c *policy.Compiled, dir string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	m := Manifest{Digest: c.Digest, Query: c.Query, Data: "policy.json", Versions: versions()}
+	m := Manifest{Digest: c.Digest, Query: c.Query, Reject: c.RejectQuery, Data: "policy.json", Versions: versions()}
 	write := func(name string, data []byte) error {
 		path := filepath.Join(tmp, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

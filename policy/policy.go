@@ -87,8 +87,10 @@ type Compiled struct {
 	Policy Policy
 	// Modules are the Rego modules: base library, generated policy, extensions.
 	Modules []Module
-	// Query is the Rego query that yields the verdict object.
+	// Query is the Rego query that yields the verdict of a request or an approval.
 	Query string
+	// RejectQuery is the Rego query that yields the verdict of a rejection.
+	RejectQuery string
 	// Options are extra rego options the query needs, such as the CEL builtin
 	// bound to this policy's expressions. Nil when the policy has no CEL.
 	Options []func(*rego.Rego)

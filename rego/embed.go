@@ -50,5 +50,8 @@ func list(keep func(string) bool) []Module {
 	return out
 }
 
-// Query is the Rego query whose single result is the verdict object.
+// Query is the Rego query whose single result is the verdict of a request or an approval.
 const Query = "data.lineage.guard.verdict"
+
+// RejectQuery is the Rego query whose single result is the verdict of a rejection.
+const RejectQuery = "data.lineage.guard.rejection"

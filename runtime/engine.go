@@ -18,7 +18,8 @@ import (
 // with that policy (keyed by digest).
 type engine struct {
 	compiled *policy.Compiled
-	query    rego.PreparedEvalQuery
+	query    rego.PreparedEvalQuery // the verdict of a request or an approval
+	reject   rego.PreparedEvalQuery // the verdict of a rejection
 	// cancel is never fired: passing an external Cancel stops OPA from starting
 	// a goroutine per evaluation to watch the context.
 	cancel  topdown.Cancel
@@ -29,12 +30,13 @@ type engine struct {
 	fullState bool
 }
 
-// PrepareQuery prepares a compiled policy's verdict query exactly as the
-// runtime evaluates it: its modules and builtins, Rego v1, and results left as
-// ast terms (no conversion to Go values). Benchmarks use it for OPA's floor.
-func PrepareQuery(ctx context.Context, c *policy.Compiled) (rego.PreparedEvalQuery, error) {
+// PrepareQuery prepares one of a compiled policy's queries (c.Query or
+// c.RejectQuery) exactly as the runtime evaluates it: its modules and builtins,
+// Rego v1, and results left as ast terms (no conversion to Go values).
+// Benchmarks use it for OPA's floor.
+func PrepareQuery(ctx context.Context, c *policy.Compiled, query string) (rego.PreparedEvalQuery, error) {
 	opts := []func(*rego.Rego){
-		rego.Query(c.Query),
+		rego.Query(query),
 		rego.SetRegoVersion(ast.RegoV1),
 		rego.GenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }),
 	}
@@ -50,11 +52,15 @@ func PrepareQuery(ctx context.Context, c *policy.Compiled) (rego.PreparedEvalQue
 }
 
 func newEngine(ctx context.Context, c *policy.Compiled) (*engine, error) {
-	pq, err := PrepareQuery(ctx, c)
+	pq, err := PrepareQuery(ctx, c, c.Query)
 	if err != nil {
 		return nil, err
 	}
-	return &engine{compiled: c, query: pq, cancel: topdown.NewCancel(), metrics: metrics.NoOp(),
+	reject, err := PrepareQuery(ctx, c, c.RejectQuery)
+	if err != nil {
+		return nil, err
+	}
+	return &engine{compiled: c, query: pq, reject: reject, cancel: topdown.NewCancel(), metrics: metrics.NoOp(),
 		fullState: len(c.Options) > 0 || len(c.Policy.Rego) > 0}, nil
 }
 
@@ -80,7 +86,7 @@ var (
 	kMode, kRequest, kState, kRateKth = ast.InternedTerm("mode"), ast.InternedTerm("request"), ast.InternedTerm("state"), ast.InternedTerm("rate_kth_age_ns")
 	kID, kTool, kArgs, kAt, kAtNs     = ast.InternedTerm("id"), ast.InternedTerm("tool"), ast.InternedTerm("args"), ast.InternedTerm("at"), ast.InternedTerm("at_ns")
 	kBudget, kSpent, kRemaining       = ast.InternedTerm("budget"), ast.InternedTerm("spent"), ast.InternedTerm("remaining")
-	kScarScore, kCalls                = ast.InternedTerm("scar_score"), ast.InternedTerm("calls")
+	kScarScore, kCalls, kToolCalls    = ast.InternedTerm("scar_score"), ast.InternedTerm("calls"), ast.InternedTerm("tool_calls")
 	kDecision, kReason, kCost, kScar  = ast.InternedTerm("decision"), ast.InternedTerm("reason"), ast.InternedTerm("cost"), ast.InternedTerm("scar")
 	kWeight, kTerminated              = ast.InternedTerm("weight"), ast.InternedTerm("terminated")
 )
@@ -109,6 +115,7 @@ func (e *engine) input(m mode, id, tool string, args ast.Value, at time.Time, f 
 		ast.Item(kRemaining, ast.IntNumberTerm(int(f.budget-f.spent))),
 		ast.Item(kScarScore, ast.IntNumberTerm(int(f.scarScore))),
 		ast.Item(kCalls, ast.NewTerm(calls)),
+		ast.Item(kToolCalls, ast.IntNumberTerm(int(f.calls[tool]))),
 	)
 	in := ast.NewObject(
 		ast.Item(kMode, ast.StringTerm(string(m))),
@@ -122,8 +129,12 @@ func (e *engine) input(m mode, id, tool string, args ast.Value, at time.Time, f 
 }
 
 // decide evaluates the policy for one input.
-func (e *engine) decide(ctx context.Context, in ast.Value) (decision, error) {
-	rs, err := e.query.Eval(ctx,
+func (e *engine) decide(ctx context.Context, m mode, in ast.Value) (decision, error) {
+	q := e.query
+	if m == modeReject {
+		q = e.reject
+	}
+	rs, err := q.Eval(ctx,
 		rego.EvalParsedInput(in),
 		rego.EvalMetrics(e.metrics),
 		rego.EvalExternalCancel(e.cancel),

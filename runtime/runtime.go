@@ -27,10 +27,11 @@ type Options struct {
 	Clock func() time.Time
 	// NewAgentID makes agent ids; nil means "agt_" + 26 random base32 letters.
 	NewAgentID func() string
-	// OnDecision, if set, sees every OPA evaluation: the policy digest and the
-	// input exactly as the query received it (decision logging, benchmarks that
-	// replay the same inputs against OPA alone). It runs under the agent's lock
-	// and must not keep or change the input.
+	// OnDecision, if set, sees every evaluation of the verdict query (requests
+	// and approvals): the policy digest and the input exactly as the query
+	// received it (decision logging, benchmarks that replay the same inputs
+	// against OPA alone). It runs under the agent's lock and must not change
+	// the input.
 	OnDecision func(digest string, input ast.Value)
 }
 
@@ -345,7 +346,7 @@ func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Reque
 	if id == "" {
 		id = fmt.Sprintf("req_%d", seq) // unique: callers cannot use this form (D17)
 	}
-	d, err := r.decide(ctx, a, a.eng.input(modeRequest, id, cr.tool, cr.argsValue, at, a.f))
+	d, err := r.decide(ctx, a, modeRequest, a.eng.input(modeRequest, id, cr.tool, cr.argsValue, at, a.f))
 	if err != nil {
 		return lineage.Verdict{}, fmt.Errorf("agent %s: %w", a.id, err)
 	}
@@ -363,11 +364,11 @@ func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Reque
 	return v, nil
 }
 
-func (r *Runtime) decide(ctx context.Context, a *agent, in ast.Value) (decision, error) {
-	if r.opts.OnDecision != nil {
+func (r *Runtime) decide(ctx context.Context, a *agent, m mode, in ast.Value) (decision, error) {
+	if r.opts.OnDecision != nil && m != modeReject {
 		r.opts.OnDecision(a.eng.compiled.Digest, in)
 	}
-	return a.eng.decide(ctx, in)
+	return a.eng.decide(ctx, m, in)
 }
 
 func verdictOf(d decision, requestID string, seq uint64) lineage.Verdict {
@@ -421,7 +422,7 @@ func (r *Runtime) decidePending(ctx context.Context, agentID string, ap Approval
 	if err != nil {
 		return lineage.Verdict{}, fmt.Errorf("agent %s: pending request %q: %w", a.id, req.ID, err)
 	}
-	d, err := r.decide(ctx, a, a.eng.input(m, req.ID, req.Tool, cr.argsValue, at, a.f))
+	d, err := r.decide(ctx, a, m, a.eng.input(m, req.ID, req.Tool, cr.argsValue, at, a.f))
 	if err != nil {
 		return lineage.Verdict{}, fmt.Errorf("agent %s: %w", a.id, err)
 	}

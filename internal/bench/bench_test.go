@@ -141,7 +141,7 @@ func BenchmarkRawOPA(b *testing.B) {
 			}
 		}
 	}
-	pq, err := runtime.PrepareQuery(ctx, w.compiled)
+	pq, err := runtime.PrepareQuery(ctx, w.compiled, w.compiled.Query)
 	if err != nil {
 		b.Fatal(err)
 	}

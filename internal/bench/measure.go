@@ -74,7 +74,7 @@ func rawOPA(ctx context.Context, ws []*workload, inputs map[string][]ast.Value) 
 	noop := metrics.NoOp()
 	for _, w := range ws {
 		c := w.compiled
-		pq, err := runtime.PrepareQuery(ctx, c)
+		pq, err := runtime.PrepareQuery(ctx, c, c.Query)
 		if err != nil {
 			return nil, nil, err
 		}

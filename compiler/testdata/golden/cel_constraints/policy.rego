@@ -21,6 +21,8 @@ rule := {"cost":1,"max_calls":null,"requires_approval":false,"when":[{"expr":"ar
 
 rule := {"cost":2,"max_calls":null,"requires_approval":false,"when":[{"expr":"!tool.startsWith(\"admin.\")","reason":"admin_tool","scar":"severe"},{"expr":"now < timestamp(\"2030-01-01T00:00:00Z\")","reason":"expired","scar":"moderate"}]} if not tools[input.request.tool]
 
+max_calls := 5 if input.request.tool == "pay_invoice"
+
 cel_denial := _when_0 if input.request.tool == "pay_invoice"
 
 _when_0 := {"decision": "deny", "reason": "amount_over_limit", "scar": "moderate", "cost": 0} if {
@@ -44,4 +46,6 @@ _when_default := {"decision": "deny", "reason": "admin_tool", "scar": "severe", 
 } else := {"decision": "deny", "reason": "expired", "scar": "moderate", "cost": 0} if {
 	not lineage.cel(5, input) # now < timestamp("2030-01-01T00:00:00Z")
 }
+
+constraint_denial := cel_denial
 

@@ -23,3 +23,9 @@ rule := {"cost":1,"max_calls":10,"requires_approval":true,"when":[]} if input.re
 
 rule := {"cost":0,"max_calls":null,"requires_approval":false,"when":[]} if input.request.tool == "read_invoice"
 
+max_calls := 60 if input.request.tool == "llm_turn"
+
+max_calls := 10 if input.request.tool == "pay_invoice"
+
+needs_approval if input.request.tool == "pay_invoice"
+

@@ -19,3 +19,9 @@ rule := {"cost":1,"max_calls":null,"requires_approval":false,"when":[]} if input
 
 rule := {"cost":5,"description":"Anything else the agent finds.","max_calls":3,"requires_approval":false,"when":[]} if not tools[input.request.tool]
 
+max_calls := 1 if input.request.tool == "deploy"
+
+max_calls := 3 if not tools[input.request.tool]
+
+needs_approval if input.request.tool == "deploy"
+

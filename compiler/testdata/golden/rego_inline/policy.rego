@@ -17,6 +17,8 @@ tools := {"transfer"}
 # The matched tool rule (SPEC §4 step 3); undefined for an unlisted tool without a default rule.
 rule := {"cost":1,"max_calls":null,"requires_approval":false,"when":[]} if input.request.tool == "transfer"
 
+constraint_denial := ext_denial
+
 _ext_denies contains extlib.normalize(d) if {
 	ds := data.lineage.ext.transfers.deny with input.rule as rule
 	some d in ds
@@ -24,7 +26,7 @@ _ext_denies contains extlib.normalize(d) if {
 
 ext_denial := extlib.strongest(_ext_denies)
 
-ext_requires_approval if {
+needs_approval if {
 	rs := data.lineage.ext.transfers.require_approval with input.rule as rule
 	count(rs) > 0
 }

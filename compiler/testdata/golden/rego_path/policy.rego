@@ -19,6 +19,8 @@ rule := {"cost":0,"max_calls":null,"requires_approval":false,"when":[]} if input
 
 rule := {"cost":1,"max_calls":null,"requires_approval":false,"when":[]} if input.request.tool == "wire"
 
+constraint_denial := ext_denial
+
 _ext_denies contains extlib.normalize(d) if {
 	ds := data.lineage.ext.quiet.deny with input.rule as rule
 	some d in ds
@@ -31,12 +33,12 @@ _ext_denies contains extlib.normalize(d) if {
 
 ext_denial := extlib.strongest(_ext_denies)
 
-ext_requires_approval if {
+needs_approval if {
 	rs := data.lineage.ext.quiet.require_approval with input.rule as rule
 	count(rs) > 0
 }
 
-ext_requires_approval if {
+needs_approval if {
 	rs := data.lineage.ext.weekday.require_approval with input.rule as rule
 	count(rs) > 0
 }

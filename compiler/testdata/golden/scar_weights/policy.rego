@@ -15,3 +15,5 @@ tools := {"browse"}
 # The matched tool rule (SPEC §4 step 3); undefined for an unlisted tool without a default rule.
 rule := {"cost":0,"max_calls":100,"requires_approval":false,"when":[]} if input.request.tool == "browse"
 
+max_calls := 100 if input.request.tool == "browse"
+

@@ -158,18 +158,6 @@ func hashText(b []byte) string {
 
 var hashPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
-// isHashText is hashPattern.MatchString without the regexp machinery.
-func isHashText(s string) bool {
-	if len(s) != len("sha256:")+64 || s[:7] != "sha256:" {
-		return false
-	}
-	for i := 7; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
 
 func knownKind(k lineage.Kind) bool {
 	switch k {
@@ -239,50 +227,65 @@ func openRecord(line []byte, seq uint64, prev string) (lineage.Record, error) {
 // body is checked by comparing bytes, and the hash is recomputed over the line
 // itself with the hash member cut out. Anything unexpected falls back to
 // openRecord, which explains the failure.
-func openRecordFast(line []byte, seq uint64, prev string) (lineage.Record, error) {
+func openRecordFast(line []byte, seq uint64, prev string, scratch *[]byte) (lineage.Record, error) {
 	const head, hashKey = `{"at":"`, `,"hash":"`
 	const timeLen, hashLen = len(lineage.TimeLayout), len("sha256:") + 64
 	bodyStart := len(head) + timeLen + len(`","body":`)
 	var tail [160]byte
-	suffix := append(append(append(append(tail[:0], `","prev":"`...), prev...), `","seq":`...), strconv.FormatUint(seq, 10)...)
-	suffix = append(suffix, '}')
+	suffix := append(append(append(tail[:0], `","prev":"`...), prev...), `","seq":`...)
+	suffix = append(strconv.AppendUint(suffix, seq, 10), '}')
 	if len(line) < bodyStart+len(suffix) || string(line[:len(head)]) != head ||
 		string(line[len(head)+timeLen:bodyStart]) != `","body":` || !bytes.HasSuffix(line, suffix) {
 		return openRecord(line, seq, prev)
 	}
 	rest := line[:len(line)-len(suffix)] // …,"hash":"H","kind":"K
 	var kind lineage.Kind
-	for _, k := range []lineage.Kind{lineage.KindAction, lineage.KindApproval, lineage.KindTermination, lineage.KindGenesis, lineage.KindPolicy} {
-		if bytes.HasSuffix(rest, []byte(`","kind":"`+string(k))) {
-			kind = k
-			rest = rest[:len(rest)-len(`","kind":"`)-len(k)]
+	for i, k := range kindSuffixes {
+		if bytes.HasSuffix(rest, k) {
+			kind = recordKinds[i]
+			rest = rest[:len(rest)-len(k)]
 			break
 		}
 	}
 	hashAt := len(rest) - hashLen
-	if kind == "" || hashAt-len(hashKey) < bodyStart || string(rest[hashAt-len(hashKey):hashAt]) != hashKey {
+	if kind == "" || hashAt-len(hashKey) < bodyStart || string(rest[hashAt-len(hashKey):hashAt]) != hashKey ||
+		string(rest[hashAt:hashAt+7]) != "sha256:" {
 		return openRecord(line, seq, prev)
 	}
-	hash := string(rest[hashAt:])
-	at, err := time.Parse(lineage.TimeLayout, string(line[len(head):len(head)+timeLen]))
-	if err != nil || !isHashText(hash) {
+	timeText := line[len(head) : len(head)+timeLen]
+	at, err := time.Parse(lineage.TimeLayout, string(timeText))
+	if err != nil {
 		return openRecord(line, seq, prev)
 	}
 	t := lineage.Time{Time: at}
 	var canonTime [timeLen]byte
-	if string(t.UTC().AppendFormat(canonTime[:0], lineage.TimeLayout)) != string(line[len(head):len(head)+timeLen]) {
+	if !bytes.Equal(t.UTC().AppendFormat(canonTime[:0], lineage.TimeLayout), timeText) {
 		return openRecord(line, seq, prev)
 	}
+	// The unsigned record is the line without its hash member.
 	bodyEnd := hashAt - len(hashKey)
-	h := sha256.New()
-	h.Write(line[:bodyEnd])
-	h.Write(line[hashAt+hashLen+1:]) // from ,"kind": on
-	var sum [sha256.Size]byte
-	if "sha256:"+hex.EncodeToString(h.Sum(sum[:0])) != hash {
+	unsignedRec := append(append((*scratch)[:0], line[:bodyEnd]...), line[hashAt+hashLen+1:]...)
+	*scratch = unsignedRec
+	sum := sha256.Sum256(unsignedRec)
+	var hexSum [2 * sha256.Size]byte
+	hex.Encode(hexSum[:], sum[:])
+	if !bytes.Equal(hexSum[:], rest[hashAt+7:]) { // lowercase hex, as written: any other text fails here
 		return openRecord(line, seq, prev)
 	}
-	return lineage.Record{Seq: seq, At: t, Kind: kind, Prev: prev, Body: line[bodyStart:bodyEnd], Hash: hash}, nil
+	return lineage.Record{Seq: seq, At: t, Kind: kind, Prev: prev, Body: line[bodyStart:bodyEnd], Hash: string(rest[hashAt:])}, nil
 }
+
+// recordKinds and kindSuffixes serve openRecordFast: `","kind":"<kind>` for each kind.
+var (
+	recordKinds  = []lineage.Kind{lineage.KindAction, lineage.KindApproval, lineage.KindTermination, lineage.KindGenesis, lineage.KindPolicy}
+	kindSuffixes = func() [][]byte {
+		out := make([][]byte, len(recordKinds))
+		for i, k := range recordKinds {
+			out[i] = []byte(`","kind":"` + string(k))
+		}
+		return out
+	}()
+)
 
 // bodyIsCanonical tells whether a record's body is exactly the canonical JSON
 // of what it decodes to, so that replay accepts exactly what verify accepts

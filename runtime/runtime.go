@@ -180,9 +180,12 @@ func (r *Runtime) load(ctx context.Context, id string) (*agent, error) {
 // replay opens an agent from its log: every record verified and folded.
 func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
 	f := newFolded()
-	var prevKind lineage.Kind
+	var (
+		prevKind lineage.Kind
+		scratch  []byte
+	)
 	err := r.store.Scan(id, func(seq uint64, line []byte) error {
-		rec, err := openRecordFast(line, seq, f.head)
+		rec, err := openRecordFast(line, seq, f.head, &scratch)
 		if err != nil {
 			return err
 		}

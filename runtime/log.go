@@ -158,7 +158,6 @@ func hashText(b []byte) string {
 
 var hashPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
-
 func knownKind(k lineage.Kind) bool {
 	switch k {
 	case lineage.KindGenesis, lineage.KindPolicy, lineage.KindAction, lineage.KindApproval, lineage.KindTermination:

@@ -1,7 +1,8 @@
-// Package rego holds lineage's base Rego library: the decision order of SPEC §4
-// (steps 3–8) and the terminations that follow a verdict, over the policy module
-// the compiler generates. The library is data (embedded .rego files) plus its
-// own *_test.rego tests; it holds no Go logic.
+// Package rego holds lineage's base Rego library: what every policy's verdict
+// shares (denials with their scars and the terminations they cause, the
+// rejection, the extension helpers). The compiler writes each policy's
+// decision order (SPEC §4) as Rego over it. The library is data (embedded
+// .rego files) plus its own *_test.rego tests; it holds no Go logic.
 package rego
 
 import (
@@ -50,8 +51,9 @@ func list(keep func(string) bool) []Module {
 	return out
 }
 
-// Query is the Rego query whose single result is the verdict of a request or an approval.
-const Query = "data.lineage.guard.verdict"
+// Query is the Rego query whose single result is the verdict of a request or
+// an approval; the compiler writes that rule into each policy's module.
+const Query = "data.lineage.policy.verdict"
 
 // RejectQuery is the Rego query whose single result is the verdict of a rejection.
 const RejectQuery = "data.lineage.guard.rejection"

@@ -1,7 +1,12 @@
-# The base library: SPEC §4 steps 3–8 and the terminations that follow a verdict.
+# The base library: what every policy's decisions share. The compiler writes
+# each policy's verdict (SPEC §4 steps 3-9, one chain of steps per tool, in
+# package lineage.policy); this package holds what those chains call:
 #
-# It reads the policy that the compiler generates (package lineage.policy) and the
-# input the runtime builds:
+#   denial(reason, scar)  a denial with its scar, and the termination the scar
+#                         causes when the score reaches the limit (§4);
+#   rejection             a person's no to a pending request (§7).
+#
+# The input the runtime builds:
 #
 #   input.mode             "request" | "approve"
 #   input.request          {id, tool, args, at_ns} (and at, RFC 3339, for extensions)
@@ -14,40 +19,11 @@
 # old", since no recorded time is later than t. Steps 1-2 (retries, sealed
 # logs) are bookkeeping in the runtime.
 #
-# From the generated policy it reads: rule (the matched tool rule, undefined for
-# an unlisted tool), max_calls and needs_approval (defined only for the tools
-# they apply to, found by OPA's rule index), constraint_denial (the first CEL
-# failure, else the strongest extension denial), rate_window_ns, scar_weights
-# and scar_limit.
-#
-# The results are data.lineage.guard.verdict (a request or an approval) and
-# data.lineage.guard.rejection, each one object:
+# Every verdict is one object:
 #   {decision, reason, cost, scar ("none" | severity), weight, terminated (null | reason)}
-#
-# verdict is one rule whose branches are the steps in order, the first that
-# applies deciding. An allowed request walks every branch, so each branch is
-# one cheap check: that is most of what a decision costs in OPA.
 package lineage.guard
 
 import data.lineage.policy
-
-verdict := denial("unlisted_tool", "moderate") if {
-	not policy.rule
-} else := denial("rate_limited", "minor") if {
-	input.rate_kth_age_ns < policy.rate_window_ns
-} else := denial("max_calls_exceeded", "minor") if {
-	input.state.tool_calls >= policy.max_calls
-} else := denial(d.reason, d.scar) if {
-	d := policy.constraint_denial
-} else := {"decision": "deny", "reason": "insufficient_budget", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
-	policy.rule.cost > input.state.remaining
-} else := {"decision": "pending", "reason": "approval_required", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
-	policy.needs_approval
-	input.mode == "request"
-} else := {"decision": "allow", "reason": "ok", "cost": policy.rule.cost, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
-	policy.rule.cost > 0
-	input.state.remaining == policy.rule.cost
-} else := {"decision": "allow", "reason": "ok", "cost": policy.rule.cost, "scar": "none", "weight": 0, "terminated": null}
 
 # rejection is a person's no to a pending request (§7).
 rejection := {"decision": "deny", "reason": "approval_rejected", "cost": 0, "scar": "none", "weight": 0, "terminated": null}

@@ -2,6 +2,8 @@
 # Policy sha256:f098568fe1952211aa82791f8cc5dc03b76eaa5cce3bec61fd4ebaecea4aa6f0
 package lineage.policy
 
+import data.lineage.guard
+
 digest := "sha256:f098568fe1952211aa82791f8cc5dc03b76eaa5cce3bec61fd4ebaecea4aa6f0"
 
 budget := 10000
@@ -12,7 +14,7 @@ scar_weights := {"minor": 1, "moderate": 3, "severe": 10}
 
 tools := {"pay_invoice", "read_invoice", "send_email"}
 
-# The matched tool rule (SPEC §4 step 3); undefined for an unlisted tool without a default rule.
+# The matched tool rule, as extensions see it in input.rule.
 rule := {"cost":10,"max_calls":5,"requires_approval":false,"when":[{"expr":"args.amount <= 5000","reason":"amount_over_limit","scar":"moderate"},{"expr":"args.currency in [\"EUR\", \"USD\"]","reason":"unsupported_currency","scar":"minor"},{"expr":"state.remaining - args.amount >= 100","reason":"keep_a_reserve","scar":"none"}]} if input.request.tool == "pay_invoice"
 
 rule := {"cost":0,"max_calls":null,"requires_approval":false,"when":[]} if input.request.tool == "read_invoice"
@@ -21,10 +23,46 @@ rule := {"cost":1,"max_calls":null,"requires_approval":false,"when":[{"expr":"ar
 
 rule := {"cost":2,"max_calls":null,"requires_approval":false,"when":[{"expr":"!tool.startsWith(\"admin.\")","reason":"admin_tool","scar":"severe"},{"expr":"now < timestamp(\"2030-01-01T00:00:00Z\")","reason":"expired","scar":"moderate"}]} if not tools[input.request.tool]
 
-max_calls := 5 if input.request.tool == "pay_invoice"
+# The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
+verdict := guard.denial("max_calls_exceeded", "minor") if {
+	input.request.tool == "pay_invoice"
+	input.state.tool_calls >= 5
+} else := guard.denial(d.reason, d.scar) if {
+	input.request.tool == "pay_invoice"
+	d := _when_0
+} else := {"decision": "deny", "reason": "insufficient_budget", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "pay_invoice"
+	input.state.remaining < 10
+} else := {"decision": "allow", "reason": "ok", "cost": 10, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
+	input.request.tool == "pay_invoice"
+	input.state.remaining == 10
+} else := {"decision": "allow", "reason": "ok", "cost": 10, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "pay_invoice"
 
-cel_denial := _when_0 if input.request.tool == "pay_invoice"
+verdict := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "read_invoice"
 
+verdict := guard.denial(d.reason, d.scar) if {
+	input.request.tool == "send_email"
+	d := _when_2
+} else := {"decision": "deny", "reason": "insufficient_budget", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "send_email"
+	input.state.remaining < 1
+} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
+	input.request.tool == "send_email"
+	input.state.remaining == 1
+} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "send_email"
+
+verdict := guard.denial(d.reason, d.scar) if {
+	not tools[input.request.tool]
+	d := _when_default
+} else := {"decision": "deny", "reason": "insufficient_budget", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+	not tools[input.request.tool]
+	input.state.remaining < 2
+} else := {"decision": "allow", "reason": "ok", "cost": 2, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
+	not tools[input.request.tool]
+	input.state.remaining == 2
+} else := {"decision": "allow", "reason": "ok", "cost": 2, "scar": "none", "weight": 0, "terminated": null} if not tools[input.request.tool]
+
+# CEL constraints: the first that does not hold denies (SPEC §5).
 _when_0 := {"decision": "deny", "reason": "amount_over_limit", "scar": "moderate", "cost": 0} if {
 	not lineage.cel(0, input) # args.amount <= 5000
 } else := {"decision": "deny", "reason": "unsupported_currency", "scar": "minor", "cost": 0} if {
@@ -33,19 +71,13 @@ _when_0 := {"decision": "deny", "reason": "amount_over_limit", "scar": "moderate
 	not lineage.cel(2, input) # state.remaining - args.amount >= 100
 }
 
-cel_denial := _when_2 if input.request.tool == "send_email"
-
 _when_2 := {"decision": "deny", "reason": "external_recipient", "scar": "moderate", "cost": 0} if {
 	not lineage.cel(3, input) # args.to.endsWith("@example.com")
 }
-
-cel_denial := _when_default if not tools[input.request.tool]
 
 _when_default := {"decision": "deny", "reason": "admin_tool", "scar": "severe", "cost": 0} if {
 	not lineage.cel(4, input) # !tool.startsWith("admin.")
 } else := {"decision": "deny", "reason": "expired", "scar": "moderate", "cost": 0} if {
 	not lineage.cel(5, input) # now < timestamp("2030-01-01T00:00:00Z")
 }
-
-constraint_denial := cel_denial
 

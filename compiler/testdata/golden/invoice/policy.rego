@@ -2,6 +2,8 @@
 # Policy sha256:d549c378035af74df477827aca74fd65c04e73753bd1a6962f2a2416eace83a7
 package lineage.policy
 
+import data.lineage.guard
+
 digest := "sha256:d549c378035af74df477827aca74fd65c04e73753bd1a6962f2a2416eace83a7"
 
 budget := 25000
@@ -16,16 +18,43 @@ rate_window_ns := 60000000000
 
 tools := {"llm_turn", "pay_invoice", "read_invoice"}
 
-# The matched tool rule (SPEC §4 step 3); undefined for an unlisted tool without a default rule.
+# The matched tool rule, as extensions see it in input.rule.
 rule := {"cost":0,"max_calls":60,"requires_approval":false,"when":[]} if input.request.tool == "llm_turn"
 
 rule := {"cost":1,"max_calls":10,"requires_approval":true,"when":[]} if input.request.tool == "pay_invoice"
 
 rule := {"cost":0,"max_calls":null,"requires_approval":false,"when":[]} if input.request.tool == "read_invoice"
 
-max_calls := 60 if input.request.tool == "llm_turn"
+# The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
+verdict := guard.denial("unlisted_tool", "moderate") if not tools[input.request.tool]
 
-max_calls := 10 if input.request.tool == "pay_invoice"
+verdict := guard.denial("rate_limited", "minor") if {
+	input.request.tool == "llm_turn"
+	input.rate_kth_age_ns < 60000000000
+} else := guard.denial("max_calls_exceeded", "minor") if {
+	input.request.tool == "llm_turn"
+	input.state.tool_calls >= 60
+} else := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "llm_turn"
 
-needs_approval if input.request.tool == "pay_invoice"
+verdict := guard.denial("rate_limited", "minor") if {
+	input.request.tool == "pay_invoice"
+	input.rate_kth_age_ns < 60000000000
+} else := guard.denial("max_calls_exceeded", "minor") if {
+	input.request.tool == "pay_invoice"
+	input.state.tool_calls >= 10
+} else := {"decision": "deny", "reason": "insufficient_budget", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "pay_invoice"
+	input.state.remaining < 1
+} else := {"decision": "pending", "reason": "approval_required", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "pay_invoice"
+	input.mode == "request"
+} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
+	input.request.tool == "pay_invoice"
+	input.state.remaining == 1
+} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "pay_invoice"
+
+verdict := guard.denial("rate_limited", "minor") if {
+	input.request.tool == "read_invoice"
+	input.rate_kth_age_ns < 60000000000
+} else := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "read_invoice"
 

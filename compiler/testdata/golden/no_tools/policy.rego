@@ -2,6 +2,8 @@
 # Policy sha256:49b098581e6b3ad5ea0b33649579aeb417f0075a9f18b796a76bebd741bee4cf
 package lineage.policy
 
+import data.lineage.guard
+
 digest := "sha256:49b098581e6b3ad5ea0b33649579aeb417f0075a9f18b796a76bebd741bee4cf"
 
 budget := 0
@@ -12,4 +14,7 @@ scar_weights := {"minor": 1, "moderate": 3, "severe": 10}
 
 tools := set()
 
-# The matched tool rule (SPEC §4 step 3); undefined for an unlisted tool without a default rule.
+# The matched tool rule, as extensions see it in input.rule.
+# The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
+verdict := guard.denial("unlisted_tool", "moderate") if not tools[input.request.tool]
+

@@ -2,6 +2,8 @@
 # Policy sha256:5d3007eb8224d8bedb20f5c7aefe1c058e7f7e5e9b9c765088b531b8339b6f52
 package lineage.policy
 
+import data.lineage.guard
+
 digest := "sha256:5d3007eb8224d8bedb20f5c7aefe1c058e7f7e5e9b9c765088b531b8339b6f52"
 
 budget := 500
@@ -12,16 +14,44 @@ scar_weights := {"minor": 1, "moderate": 3, "severe": 10}
 
 tools := {"deploy", "search"}
 
-# The matched tool rule (SPEC §4 step 3); undefined for an unlisted tool without a default rule.
+# The matched tool rule, as extensions see it in input.rule.
 rule := {"cost":100,"description":"Ship it, with a person's consent.","max_calls":1,"requires_approval":true,"when":[]} if input.request.tool == "deploy"
 
 rule := {"cost":1,"max_calls":null,"requires_approval":false,"when":[]} if input.request.tool == "search"
 
 rule := {"cost":5,"description":"Anything else the agent finds.","max_calls":3,"requires_approval":false,"when":[]} if not tools[input.request.tool]
 
-max_calls := 1 if input.request.tool == "deploy"
+# The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
+verdict := guard.denial("max_calls_exceeded", "minor") if {
+	input.request.tool == "deploy"
+	input.state.tool_calls >= 1
+} else := {"decision": "deny", "reason": "insufficient_budget", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "deploy"
+	input.state.remaining < 100
+} else := {"decision": "pending", "reason": "approval_required", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "deploy"
+	input.mode == "request"
+} else := {"decision": "allow", "reason": "ok", "cost": 100, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
+	input.request.tool == "deploy"
+	input.state.remaining == 100
+} else := {"decision": "allow", "reason": "ok", "cost": 100, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "deploy"
 
-max_calls := 3 if not tools[input.request.tool]
+verdict := {"decision": "deny", "reason": "insufficient_budget", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "search"
+	input.state.remaining < 1
+} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
+	input.request.tool == "search"
+	input.state.remaining == 1
+} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "search"
 
-needs_approval if input.request.tool == "deploy"
+verdict := guard.denial("max_calls_exceeded", "minor") if {
+	not tools[input.request.tool]
+	input.state.tool_calls >= 3
+} else := {"decision": "deny", "reason": "insufficient_budget", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+	not tools[input.request.tool]
+	input.state.remaining < 5
+} else := {"decision": "allow", "reason": "ok", "cost": 5, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
+	not tools[input.request.tool]
+	input.state.remaining == 5
+} else := {"decision": "allow", "reason": "ok", "cost": 5, "scar": "none", "weight": 0, "terminated": null} if not tools[input.request.tool]
 

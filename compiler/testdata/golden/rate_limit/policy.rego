@@ -2,6 +2,8 @@
 # Policy sha256:7d6d2f3c94d953129b70e01189cc6e713942182576d1a8fd7f7e46636fb03a3d
 package lineage.policy
 
+import data.lineage.guard
+
 digest := "sha256:7d6d2f3c94d953129b70e01189cc6e713942182576d1a8fd7f7e46636fb03a3d"
 
 budget := 50
@@ -16,8 +18,27 @@ rate_window_ns := 5000000000
 
 tools := {"llm_turn", "tool.v2:search/web-x"}
 
-# The matched tool rule (SPEC §4 step 3); undefined for an unlisted tool without a default rule.
+# The matched tool rule, as extensions see it in input.rule.
 rule := {"cost":1,"max_calls":null,"requires_approval":false,"when":[]} if input.request.tool == "llm_turn"
 
 rule := {"cost":0,"max_calls":null,"requires_approval":false,"when":[]} if input.request.tool == "tool.v2:search/web-x"
+
+# The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
+verdict := guard.denial("unlisted_tool", "moderate") if not tools[input.request.tool]
+
+verdict := guard.denial("rate_limited", "minor") if {
+	input.request.tool == "llm_turn"
+	input.rate_kth_age_ns < 5000000000
+} else := {"decision": "deny", "reason": "insufficient_budget", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "llm_turn"
+	input.state.remaining < 1
+} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
+	input.request.tool == "llm_turn"
+	input.state.remaining == 1
+} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "llm_turn"
+
+verdict := guard.denial("rate_limited", "minor") if {
+	input.request.tool == "tool.v2:search/web-x"
+	input.rate_kth_age_ns < 5000000000
+} else := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "tool.v2:search/web-x"
 

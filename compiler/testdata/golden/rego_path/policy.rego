@@ -2,6 +2,7 @@
 # Policy sha256:37f518a22ffaa952b4b0757352dc367e94ddb05a289656140b5102035e4b6657
 package lineage.policy
 
+import data.lineage.guard
 import data.lineage.extlib
 
 digest := "sha256:37f518a22ffaa952b4b0757352dc367e94ddb05a289656140b5102035e4b6657"
@@ -14,12 +15,37 @@ scar_weights := {"minor": 1, "moderate": 3, "severe": 10}
 
 tools := {"shout", "wire"}
 
-# The matched tool rule (SPEC §4 step 3); undefined for an unlisted tool without a default rule.
+# The matched tool rule, as extensions see it in input.rule.
 rule := {"cost":0,"max_calls":null,"requires_approval":false,"when":[]} if input.request.tool == "shout"
 
 rule := {"cost":1,"max_calls":null,"requires_approval":false,"when":[]} if input.request.tool == "wire"
 
-constraint_denial := ext_denial
+# The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
+verdict := guard.denial("unlisted_tool", "moderate") if not tools[input.request.tool]
+
+verdict := guard.denial(d.reason, d.scar) if {
+	input.request.tool == "shout"
+	d := ext_denial
+} else := {"decision": "pending", "reason": "approval_required", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "shout"
+	input.mode == "request"
+	ext_requires_approval
+} else := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "shout"
+
+verdict := guard.denial(d.reason, d.scar) if {
+	input.request.tool == "wire"
+	d := ext_denial
+} else := {"decision": "deny", "reason": "insufficient_budget", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "wire"
+	input.state.remaining < 1
+} else := {"decision": "pending", "reason": "approval_required", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "wire"
+	input.mode == "request"
+	ext_requires_approval
+} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
+	input.request.tool == "wire"
+	input.state.remaining == 1
+} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "wire"
 
 _ext_denies contains extlib.normalize(d) if {
 	ds := data.lineage.ext.quiet.deny with input.rule as rule
@@ -33,12 +59,12 @@ _ext_denies contains extlib.normalize(d) if {
 
 ext_denial := extlib.strongest(_ext_denies)
 
-needs_approval if {
+ext_requires_approval if {
 	rs := data.lineage.ext.quiet.require_approval with input.rule as rule
 	count(rs) > 0
 }
 
-needs_approval if {
+ext_requires_approval if {
 	rs := data.lineage.ext.weekday.require_approval with input.rule as rule
 	count(rs) > 0
 }

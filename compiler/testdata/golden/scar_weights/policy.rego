@@ -2,6 +2,8 @@
 # Policy sha256:b42fc47ed85d7e8104f7e08985041476231c2b1c6eee6d3e41342c2811f1b2db
 package lineage.policy
 
+import data.lineage.guard
+
 digest := "sha256:b42fc47ed85d7e8104f7e08985041476231c2b1c6eee6d3e41342c2811f1b2db"
 
 budget := 1000
@@ -12,8 +14,14 @@ scar_weights := {"minor": 2, "moderate": 5, "severe": 20}
 
 tools := {"browse"}
 
-# The matched tool rule (SPEC §4 step 3); undefined for an unlisted tool without a default rule.
+# The matched tool rule, as extensions see it in input.rule.
 rule := {"cost":0,"max_calls":100,"requires_approval":false,"when":[]} if input.request.tool == "browse"
 
-max_calls := 100 if input.request.tool == "browse"
+# The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
+verdict := guard.denial("unlisted_tool", "moderate") if not tools[input.request.tool]
+
+verdict := guard.denial("max_calls_exceeded", "minor") if {
+	input.request.tool == "browse"
+	input.state.tool_calls >= 100
+} else := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "browse"
 

@@ -25,8 +25,8 @@ type engine struct {
 	cancel  topdown.Cancel
 	metrics metrics.Metrics
 	// fullState: the policy has CEL constraints or extensions, which see the
-	// whole state and the request time as text. Without them the rules read only
-	// this tool's call count, and the input carries just that.
+	// whole input of SPEC §5-§6. Without them only the generated verdict reads
+	// the input, and the input carries only what it reads.
 	fullState bool
 }
 
@@ -93,39 +93,46 @@ var (
 
 // input builds the query input as an ast.Value directly (SPEC §5–§6 plus the
 // rate-limit figure), so OPA need not convert Go values.
-func (e *engine) input(m mode, id, tool string, args ast.Value, at time.Time, f *folded) ast.Value {
-	req := ast.NewObject(
+func (e *engine) input(m mode, id, tool string, cr *checkedRequest, at time.Time, f *folded) (ast.Value, error) {
+	in := ast.NewObject(ast.Item(kMode, ast.StringTerm(string(m))))
+	if kth, ok := f.rateKth(); ok {
+		in.Insert(kRateKth, ast.IntNumberTerm(int(at.UnixNano()-kth)))
+	}
+	if !e.fullState {
+		// Without CEL or extensions only the generated verdict reads the input,
+		// and it reads just these: the rest is not built.
+		in.Insert(kRequest, ast.NewTerm(ast.NewObject(ast.Item(kTool, ast.StringTerm(tool)))))
+		in.Insert(kState, ast.NewTerm(ast.NewObject(
+			ast.Item(kRemaining, ast.IntNumberTerm(int(f.budget-f.spent))),
+			ast.Item(kScarScore, ast.IntNumberTerm(int(f.scarScore))),
+			ast.Item(kToolCalls, ast.IntNumberTerm(int(f.calls[tool]))),
+		)))
+		return in, nil
+	}
+	args, err := cr.value()
+	if err != nil {
+		return nil, err
+	}
+	calls := ast.NewObject()
+	for name, n := range f.calls {
+		calls.Insert(ast.StringTerm(name), ast.IntNumberTerm(int(n)))
+	}
+	in.Insert(kRequest, ast.NewTerm(ast.NewObject(
 		ast.Item(kID, ast.StringTerm(id)),
 		ast.Item(kTool, ast.StringTerm(tool)),
 		ast.Item(kArgs, ast.NewTerm(args)),
+		ast.Item(kAt, ast.StringTerm(at.UTC().Format(time.RFC3339Nano))),
 		ast.Item(kAtNs, ast.IntNumberTerm(int(at.UnixNano()))),
-	)
-	calls := ast.NewObject()
-	if e.fullState {
-		req.Insert(kAt, ast.StringTerm(at.UTC().Format(time.RFC3339Nano)))
-		for name, n := range f.calls {
-			calls.Insert(ast.StringTerm(name), ast.IntNumberTerm(int(n)))
-		}
-	} else if n := f.calls[tool]; n > 0 {
-		calls.Insert(ast.StringTerm(tool), ast.IntNumberTerm(int(n)))
-	}
-	state := ast.NewObject(
+	)))
+	in.Insert(kState, ast.NewTerm(ast.NewObject(
 		ast.Item(kBudget, ast.IntNumberTerm(int(f.budget))),
 		ast.Item(kSpent, ast.IntNumberTerm(int(f.spent))),
 		ast.Item(kRemaining, ast.IntNumberTerm(int(f.budget-f.spent))),
 		ast.Item(kScarScore, ast.IntNumberTerm(int(f.scarScore))),
 		ast.Item(kCalls, ast.NewTerm(calls)),
 		ast.Item(kToolCalls, ast.IntNumberTerm(int(f.calls[tool]))),
-	)
-	in := ast.NewObject(
-		ast.Item(kMode, ast.StringTerm(string(m))),
-		ast.Item(kRequest, ast.NewTerm(req)),
-		ast.Item(kState, ast.NewTerm(state)),
-	)
-	if kth, ok := f.rateKth(); ok {
-		in.Insert(kRateKth, ast.IntNumberTerm(int(at.UnixNano()-kth)))
-	}
-	return in
+	)))
+	return in, nil
 }
 
 // decide evaluates the policy for one input.

@@ -94,35 +94,44 @@ func wireVerdict(v lineage.Verdict) verdictWire {
 
 // canonicalBody returns the RFC 8785 canonical JSON of a record's body.
 func canonicalBody(it item) ([]byte, error) {
-	var wire any
+	var (
+		wire       any
+		useLibrary bool // a part may not be canonical yet
+	)
 	switch b := it.body.(type) {
 	case *lineage.ActionBody:
-		if it.args != nil {
-			wire = actionWire{Request: requestWire{Args: it.args, ID: b.Request.ID, Tool: b.Request.Tool},
-				Verdict: wireVerdict(b.Verdict)}
+		args := it.args
+		if args == nil { // the canonical args travel with the item; a body alone is marshaled
+			var err error
+			if args, err = json.Marshal(argsOrEmpty(b.Request.Args)); err != nil {
+				return nil, err
+			}
+			useLibrary = true
 		}
+		wire = actionWire{Request: requestWire{Args: args, ID: b.Request.ID, Tool: b.Request.Tool},
+			Verdict: wireVerdict(b.Verdict)}
 	case *lineage.ApprovalBody:
 		wire = approvalWire{Approved: b.Approved, Approver: b.Approver, RequestID: b.RequestID, Verdict: wireVerdict(b.Verdict)}
 	case *lineage.TerminationBody:
 		wire = terminationWire{By: b.By, Note: b.Note, Reason: b.Reason}
-	}
-	if wire != nil {
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(wire); err != nil {
+	default:
+		raw, err := json.Marshal(it.body)
+		if err != nil {
 			return nil, err
 		}
-		out := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-		if !bytes.Contains(out, []byte(`\u2028`)) && !bytes.Contains(out, []byte(`\u2029`)) {
-			return out, nil
-		}
+		return jcs.Transform(raw)
 	}
-	raw, err := json.Marshal(it.body)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(wire); err != nil {
 		return nil, err
 	}
-	return jcs.Transform(raw)
+	out := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if useLibrary || bytes.Contains(out, []byte(`\u2028`)) || bytes.Contains(out, []byte(`\u2029`)) {
+		return jcs.Transform(out) // the library settles what encoding/json may write differently
+	}
+	return out, nil
 }
 
 // envelope appends a record's canonical JSON around its canonical body; with

@@ -34,9 +34,10 @@ var (
 type checkedRequest struct {
 	id        string
 	tool      string
-	args      map[string]any // decoded from canonical JSON, numbers as json.Number
+	args      map[string]any // decoded from canonical JSON on demand (argsMap)
+	plain     map[string]any // the caller's args when canonical JSON decodes to the same (plainJSON)
 	canonArgs []byte
-	argsValue ast.Value
+	argsValue ast.Value // on demand (value)
 }
 
 func badRequest(format string, a ...any) error {
@@ -58,7 +59,7 @@ func checkRequest(req lineage.Request) (*checkedRequest, error) {
 		return nil, badRequest("id is %d bytes, over the limit of %d", len(req.ID), MaxIDBytes)
 	}
 	if len(req.Args) == 0 {
-		return &checkedRequest{id: req.ID, tool: req.Tool, args: map[string]any{}, canonArgs: emptyObject, argsValue: ast.NewObject()}, nil
+		return &checkedRequest{id: req.ID, tool: req.Tool, canonArgs: emptyObject, argsValue: ast.NewObject()}, nil
 	}
 	args := req.Args
 	if err := checkValue(args, "/args", 1); err != nil {
@@ -71,17 +72,46 @@ func checkRequest(req lineage.Request) (*checkedRequest, error) {
 	if n := len(canon) + len(req.ID) + len(req.Tool); n > MaxRequestBytes {
 		return nil, badRequest("request is %d bytes, over the limit of %d", n, MaxRequestBytes)
 	}
-	var decoded map[string]any
-	dec := json.NewDecoder(bytesReader(canon))
-	dec.UseNumber()
-	if err := dec.Decode(&decoded); err != nil {
-		return nil, badRequest("args: %v", err)
+	cr := &checkedRequest{id: req.ID, tool: req.Tool, canonArgs: canon}
+	if plainJSON(args) {
+		cr.plain = args
 	}
-	v, err := ast.InterfaceToValue(decoded)
+	return cr, nil
+}
+
+// value is the args as a Rego value, as the log records them (canonical
+// numbers: 1.0 is 1), built on first use: only CEL and extensions read them.
+func (cr *checkedRequest) value() (ast.Value, error) {
+	if cr.argsValue != nil {
+		return cr.argsValue, nil
+	}
+	source := any(cr.plain) // already what canonical JSON decodes to
+	if cr.plain == nil {
+		args, err := cr.argsMap()
+		if err != nil {
+			return nil, err
+		}
+		source = args
+	}
+	v, err := ast.InterfaceToValue(source)
 	if err != nil {
 		return nil, badRequest("args: %v", err)
 	}
-	return &checkedRequest{id: req.ID, tool: req.Tool, args: decoded, canonArgs: canon, argsValue: v}, nil
+	cr.argsValue = v
+	return v, nil
+}
+
+// argsMap decodes the canonical args (numbers as json.Number): the args as the
+// log records them, owned by the runtime. Only a pending request keeps them.
+func (cr *checkedRequest) argsMap() (map[string]any, error) {
+	if cr.args == nil {
+		dec := json.NewDecoder(bytesReader(cr.canonArgs))
+		dec.UseNumber()
+		if err := dec.Decode(&cr.args); err != nil {
+			return nil, badRequest("args: %v", err)
+		}
+	}
+	return cr.args, nil
 }
 
 // canonicalArgs returns the RFC 8785 canonical JSON of checked args. Args made

@@ -349,15 +349,22 @@ func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Reque
 	if id == "" {
 		id = fmt.Sprintf("req_%d", seq) // unique: callers cannot use this form (D17)
 	}
-	d, err := r.decide(ctx, a, modeRequest, a.eng.input(modeRequest, id, cr.tool, cr.argsValue, at, a.f))
+	in, err := a.eng.input(modeRequest, id, cr.tool, cr, at, a.f)
+	if err != nil {
+		return lineage.Verdict{}, err
+	}
+	d, err := r.decide(ctx, a, modeRequest, in)
 	if err != nil {
 		return lineage.Verdict{}, fmt.Errorf("agent %s: %w", a.id, err)
 	}
 	v := verdictOf(d, id, seq)
-	items := []item{{kind: lineage.KindAction, body: &lineage.ActionBody{
-		Request: lineage.RecordedRequest{ID: id, Tool: cr.tool, Args: cr.args},
-		Verdict: v,
-	}, args: cr.canonArgs}}
+	recorded := lineage.RecordedRequest{ID: id, Tool: cr.tool}
+	if v.Decision == lineage.Pending { // the state keeps pending requests whole
+		if recorded.Args, err = cr.argsMap(); err != nil {
+			return lineage.Verdict{}, err
+		}
+	}
+	items := []item{{kind: lineage.KindAction, body: &lineage.ActionBody{Request: recorded, Verdict: v}, args: cr.canonArgs}}
 	if v.Terminated != "" {
 		items = append(items, item{kind: lineage.KindTermination, body: &lineage.TerminationBody{Reason: v.Terminated}})
 	}
@@ -425,7 +432,11 @@ func (r *Runtime) decidePending(ctx context.Context, agentID string, ap Approval
 	if err != nil {
 		return lineage.Verdict{}, fmt.Errorf("agent %s: pending request %q: %w", a.id, req.ID, err)
 	}
-	d, err := r.decide(ctx, a, m, a.eng.input(m, req.ID, req.Tool, cr.argsValue, at, a.f))
+	in, err := a.eng.input(m, req.ID, req.Tool, cr, at, a.f)
+	if err != nil {
+		return lineage.Verdict{}, err
+	}
+	d, err := r.decide(ctx, a, m, in)
 	if err != nil {
 		return lineage.Verdict{}, fmt.Errorf("agent %s: %w", a.id, err)
 	}

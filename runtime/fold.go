@@ -28,7 +28,7 @@ type folded struct {
 	scars       [3]int64 // minor, moderate, severe
 	calls       map[string]int64
 	pending     map[string]lineage.RecordedRequest
-	seen        map[string]*seenRequest
+	seen        map[string]seenRequest // values, not pointers: long logs hold millions, and the GC traces fewer objects
 	// owed is the termination a verdict announced whose termination record is
 	// not in the log (a crash between the two writes of one append): opening
 	// the agent appends it.
@@ -53,7 +53,7 @@ func newFolded() *folded {
 		status:  lineage.Alive,
 		calls:   map[string]int64{},
 		pending: map[string]lineage.RecordedRequest{},
-		seen:    map[string]*seenRequest{},
+		seen:    map[string]seenRequest{},
 	}
 }
 
@@ -92,7 +92,7 @@ func (f *folded) fold(rec lineage.Record, body any, canonArgs []byte) error {
 		}
 	case *lineage.ActionBody:
 		v := b.Verdict
-		f.seen[b.Request.ID] = &seenRequest{fingerprint: fingerprint(b.Request.Tool, canonArgs), verdict: v}
+		f.seen[b.Request.ID] = seenRequest{fingerprint: fingerprint(b.Request.Tool, canonArgs), verdict: v}
 		f.owed = v.Terminated
 		switch v.Decision {
 		case lineage.Allow:
@@ -111,8 +111,9 @@ func (f *folded) fold(rec lineage.Record, body any, canonArgs []byte) error {
 			return fmt.Errorf("approval of %q, which is not pending", b.RequestID)
 		}
 		delete(f.pending, b.RequestID)
-		if s := f.seen[b.RequestID]; s != nil {
+		if s, ok := f.seen[b.RequestID]; ok {
 			s.verdict = b.Verdict
+			f.seen[b.RequestID] = s
 		}
 		if b.Verdict.Decision == lineage.Allow {
 			f.allowed(req.Tool, b.Verdict.Cost, rec.At.Time)

@@ -330,7 +330,7 @@ func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Reque
 	fp := fingerprint(cr.tool, cr.canonArgs)
 	// Step 1: a retry returns the current verdict and records nothing.
 	if cr.id != "" {
-		if seen := a.f.seen[cr.id]; seen != nil {
+		if seen, ok := a.f.seen[cr.id]; ok {
 			if seen.fingerprint != fp {
 				return lineage.Verdict{}, fmt.Errorf("%w: request id %q was used before with another tool or other args", lineage.ErrIDConflict, cr.id)
 			}

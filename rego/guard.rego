@@ -6,12 +6,17 @@
 #                         causes when the score reaches the limit (§4);
 #   rejection             a person's no to a pending request (§7).
 #
-# The input the runtime builds:
+# The input the runtime builds, for a policy with CEL constraints or extensions
+# (which see it whole, SPEC §5-§6):
 #
 #   input.mode             "request" | "approve"
-#   input.request          {id, tool, args, at_ns} (and at, RFC 3339, for extensions)
+#   input.request          {id, tool, args, at (RFC 3339), at_ns}
 #   input.state            {budget, spent, remaining, scar_score, calls, tool_calls}
 #   input.rate_kth_age_ns  (only once there have been max_actions allowed actions)
+#
+# For any other policy only the generated verdict reads it, and it carries what
+# that reads: mode, request.tool, state.{remaining, scar_score, tool_calls} and
+# rate_kth_age_ns.
 #
 # tool_calls is calls[tool] (0 if absent). rate_kth_age_ns is how long ago (t
 # minus its time) the max_actions-th most recent allowed action was: "at least k

@@ -85,7 +85,7 @@ func normalizeRule(r policy.ToolRule) policy.ToolRule {
 	out.When = make([]policy.Constraint, len(r.When))
 	for i, c := range r.When {
 		if c.Scar == "" {
-			c.Scar = string("moderate")
+			c.Scar = "moderate"
 		}
 		out.When[i] = c
 	}

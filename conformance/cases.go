@@ -75,14 +75,6 @@ type StepTerminate struct {
 // ID is how a case is named in output and in skip.yaml: "<file>/<name>".
 func (c *Case) ID() string { return c.File.Path + "/" + c.Name }
 
-// LoadFile reads and validates a case file. Problems in a policy inside the file
-// are not load errors: they surface when the case compiles its policy (where a
-// case may expect them), with pointers relative to that policy.
-func LoadFile(path string) (*File, error) {
-	f, _, err := loadFile(path, true)
-	return f, err
-}
-
 // IsPolicyDocument tells a policy file (top-level budget or tools) from a case
 // file: walking a directory such as examples/ skips policy files beside their
 // cases, while a case file with a typo still fails to load.
@@ -97,7 +89,11 @@ func IsPolicyDocument(doc *source.Document) bool {
 	return (budget || tools) && !cases
 }
 
-// loadFile loads a case file; when not explicit, a policy document is skipped (skip == true).
+// loadFile reads and validates a case file; when not explicit (found by walking
+// a directory), a policy document is skipped (skip == true). Problems in a
+// policy inside the file are not load errors: they surface when the case
+// compiles its policy (where a case may expect them), with pointers relative
+// to that policy.
 func loadFile(path string, explicit bool) (f *File, skip bool, err error) {
 	data, err := os.ReadFile(path)
 	if err != nil {

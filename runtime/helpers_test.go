@@ -77,15 +77,6 @@ func mustCompileYAML(t testing.TB, yaml string) *policy.Compiled {
 	return c
 }
 
-func mustCompilePolicy(t testing.TB, p policy.Policy) *policy.Compiled {
-	t.Helper()
-	c, err := compiler.CompilePolicy(p)
-	if err != nil {
-		t.Fatalf("compile: %v", err)
-	}
-	return c
-}
-
 func openFileStore(t testing.TB, dir string) *store.File {
 	t.Helper()
 	st, err := store.OpenFile(dir, store.FileOptions{})
@@ -136,21 +127,6 @@ func storeLines(t testing.TB, st store.Store, agent string) [][]byte {
 		t.Fatalf("Scan %s: %v", agent, err)
 	}
 	return out
-}
-
-// copyStore copies one agent's log into a new memory store.
-func copyStore(t testing.TB, st store.Store, agent string) *store.Memory {
-	t.Helper()
-	m := store.NewMemory()
-	if err := m.Create(agent); err != nil {
-		t.Fatal(err)
-	}
-	if lines := storeLines(t, st, agent); len(lines) > 0 {
-		if err := m.Append(agent, 0, lines...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return m
 }
 
 // rawStore makes a memory store holding the given lines as agent's log, with

@@ -175,14 +175,6 @@ func knownKind(k lineage.Kind) bool {
 	return false
 }
 
-func canonicalJSON(v any) ([]byte, error) {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	return jcs.Transform(raw)
-}
-
 // ChainError reports the first record of a log that fails verification.
 type ChainError struct {
 	Seq    uint64

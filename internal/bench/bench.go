@@ -190,20 +190,37 @@ func (w *workload) ops(seed uint64, n int) []op {
 	return out
 }
 
+// check refuses sizes a run cannot use; zero means the default.
+func (o *Options) check() error {
+	switch {
+	case o.Agents < 0, o.FileAgents < 0, o.Requests < 0, o.LongLog < 0, o.IdleAgents < 0:
+		return fmt.Errorf("bench: sizes must not be negative (agents %d, file agents %d, requests %d, long log %d, idle agents %d)",
+			o.Agents, o.FileAgents, o.Requests, o.LongLog, o.IdleAgents)
+	case o.IdleAgents == 1:
+		return fmt.Errorf("bench: --idle-agents must be at least 2 (one agent prepares the policy outside the measurement)")
+	}
+	switch o.Store {
+	case "", "memory", "file", "both":
+	default:
+		return fmt.Errorf("bench: unknown store %q (want memory, file or both)", o.Store)
+	}
+	return nil
+}
+
 func (o *Options) defaults() {
-	if o.Agents <= 0 {
+	if o.Agents == 0 {
 		o.Agents = 1000
 	}
-	if o.FileAgents <= 0 {
+	if o.FileAgents == 0 {
 		o.FileAgents = 100
 	}
-	if o.Requests <= 0 {
+	if o.Requests == 0 {
 		o.Requests = 200
 	}
 	if o.Store == "" {
 		o.Store = "both"
 	}
-	if o.IdleAgents <= 0 {
+	if o.IdleAgents == 0 {
 		o.IdleAgents = 10000
 	}
 	if o.Progress == nil {
@@ -215,6 +232,9 @@ func compile(doc []byte) (*policy.Compiled, error) { return compiler.Compile("",
 
 // Run measures everything Options asks for.
 func Run(ctx context.Context, o Options) (*Result, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
 	o.defaults()
 	ws, err := workloads()
 	if err != nil {

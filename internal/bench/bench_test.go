@@ -39,6 +39,15 @@ func TestRunSmall(t *testing.T) {
 	}
 }
 
+// TestRunRefusesBadSizes: sizes that cannot work are errors, not defaults or panics.
+func TestRunRefusesBadSizes(t *testing.T) {
+	for _, o := range []Options{{Agents: -5}, {Requests: -1}, {IdleAgents: 1}, {LongLog: -1}, {Store: "disk"}} {
+		if _, err := Run(context.Background(), o); err == nil {
+			t.Errorf("Run(%+v) ran; want an error", o)
+		}
+	}
+}
+
 // The same paths as `lineagec bench`, as Go benchmarks for benchstat: each
 // iteration is one decision of the invoice workload (an agent's ops in order,
 // a new agent when they run out).

@@ -33,13 +33,6 @@ func numberProblem(s string) string {
 	return ""
 }
 
-// exceeds2p53 reports whether the JSON number text s has a magnitude above 2^53.
-// It works on the decimal digits, never building the number, so a huge exponent
-// costs nothing.
-func exceeds2p53(s string) bool {
-	return exceeds(magnitude(s))
-}
-
 func writtenExponent(s string) int {
 	if i := strings.IndexAny(s, "eE"); i >= 0 {
 		return parseExp(s[i+1:])

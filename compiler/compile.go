@@ -127,6 +127,15 @@ func CompileDocument(doc *source.Document, dir string) (*policy.Compiled, error)
 		RejectQuery: lineagerego.RejectQuery,
 	}
 	c.Modules = modulesOf(n, digest, exts)
+	if len(exts) > 0 {
+		c.Rules = make(map[string]json.RawMessage, len(n.Tools))
+		for name, r := range n.Tools {
+			c.Rules[name] = ruleInput(r)
+		}
+		if n.DefaultRule != nil {
+			c.DefaultRule = ruleInput(*n.DefaultRule)
+		}
+	}
 	if len(progs) > 0 {
 		c.Options = []func(*rego.Rego){celOption(progs)}
 	}

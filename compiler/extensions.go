@@ -146,6 +146,21 @@ func regoErrors(e *extension, code string, err error) diag.List {
 	return out
 }
 
+// definesRule reports whether some module of package pkg defines a rule named name.
+func definesRule(exts []*extension, pkg ast.Ref, name string) bool {
+	for _, e := range exts {
+		if e.module == nil || !e.module.Package.Path.Equal(pkg) {
+			continue
+		}
+		for _, r := range e.module.Rules {
+			if ref := r.Head.Ref(); len(ref) > 0 && ref[0].Value.Compare(ast.Var(name)) == 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // extPackages lists the distinct extension packages, sorted, as refs.
 func extPackages(exts []*extension) []ast.Ref {
 	seen := map[string]ast.Ref{}

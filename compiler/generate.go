@@ -8,6 +8,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/open-policy-agent/opa/v1/ast"
+
 	"github.com/lineage-guard/lineage/policy"
 )
 
@@ -83,10 +85,16 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 	if len(rules) == 0 {
 		pkgs = nil // without any rule every request is an unlisted tool: extensions never run
 	}
-
-	w("# The matched tool rule, as extensions see it in input.rule.\n")
-	for _, e := range rules {
-		w("rule := %s if %s\n\n", ruleTerm(e.rule), e.guard)
+	// Only the extension rules that some package defines are gathered, so a
+	// request does not evaluate a step that cannot stop it.
+	var denyPkgs, approvalPkgs []ast.Ref
+	for _, p := range pkgs {
+		if definesRule(exts, p, "deny") {
+			denyPkgs = append(denyPkgs, p)
+		}
+		if definesRule(exts, p, "require_approval") {
+			approvalPkgs = append(approvalPkgs, p)
+		}
 	}
 
 	// The verdict (SPEC §4 steps 3-9): for each tool, its steps in order as one
@@ -100,34 +108,34 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 		w("verdict := guard.denial(\"unlisted_tool\", \"moderate\") if not tools[input.request.tool]\n\n")
 	}
 	for _, e := range rules {
-		writeVerdict(w, e.guard, e.rule, e.when, n.RateLimit, len(pkgs) > 0)
+		writeVerdict(w, e.guard, e.rule, e.when, n.RateLimit, len(denyPkgs) > 0, len(approvalPkgs) > 0)
 	}
 	if whens.Len() > 0 {
 		w("# CEL constraints: the first that does not hold denies (SPEC §5).\n")
 		b.WriteString(whens.String())
 	}
 
-	// Extensions see the matched rule as input.rule; they can only add denials
-	// and approval requirements.
-	if len(pkgs) > 0 {
-		for _, p := range pkgs {
+	// Extensions can only add denials and approval requirements. They read
+	// the matched rule in input.rule, which the runtime puts in the input
+	// (Compiled.Rules): a `with` here would copy the input on every request.
+	if len(denyPkgs) > 0 {
+		w("# Denials of the Rego extensions (SPEC §6): the strongest one denies.\n")
+		for _, p := range denyPkgs {
 			w("_ext_denies contains extlib.normalize(d) if {\n")
-			w("\tds := %s.deny with input.rule as rule\n", p)
-			w("\tsome d in ds\n}\n\n")
+			w("\tsome d in %s.deny\n}\n\n", p)
 		}
 		w("ext_denial := extlib.strongest(_ext_denies)\n\n")
-		for _, p := range pkgs {
-			w("ext_requires_approval if {\n")
-			w("\trs := %s.require_approval with input.rule as rule\n", p)
-			w("\tcount(rs) > 0\n}\n\n")
-		}
+	}
+	for _, p := range approvalPkgs {
+		w("ext_requires_approval if {\n")
+		w("\tcount(%s.require_approval) > 0\n}\n\n", p)
 	}
 	return b.String()
 }
 
 // writeVerdict writes one tool's chain of SPEC §4 steps 4-9 (step 3, the
 // rule lookup, is its guard).
-func writeVerdict(w func(string, ...any), guard string, r policy.ToolRule, when string, rate *policy.RateLimit, ext bool) {
+func writeVerdict(w func(string, ...any), guard string, r policy.ToolRule, when string, rate *policy.RateLimit, extDeny, extApproval bool) {
 	type branch struct{ head, cond string }
 	var bs []branch
 	if rate != nil {
@@ -142,7 +150,7 @@ func writeVerdict(w func(string, ...any), guard string, r policy.ToolRule, when 
 	if when != "" {
 		bs = append(bs, branch{"guard.denial(d.reason, d.scar)", "d := " + when})
 	}
-	if ext {
+	if extDeny {
 		bs = append(bs, branch{"guard.denial(d.reason, d.scar)", "d := ext_denial"})
 	}
 	verdict := func(decision, reason string, cost int64, terminated string) string {
@@ -156,7 +164,7 @@ func writeVerdict(w func(string, ...any), guard string, r policy.ToolRule, when 
 	switch {
 	case r.RequiresApproval:
 		bs = append(bs, branch{verdict("pending", "approval_required", 0, "null"), `input.mode == "request"`})
-	case ext:
+	case extApproval:
 		bs = append(bs, branch{verdict("pending", "approval_required", 0, "null"), "input.mode == \"request\"\n\text_requires_approval"})
 	}
 	if r.Cost > 0 {
@@ -197,10 +205,9 @@ func writeWhen(w func(string, ...any), name string, whens []policy.Constraint, n
 	return next
 }
 
-// ruleTerm is the Rego object for a tool rule, as extensions see it in input.rule.
-// max_calls is always present (null without a cap), so that every definition of
-// `rule` has the same shape for OPA's type checker. JSON is Rego syntax.
-func ruleTerm(r policy.ToolRule) string {
+// ruleInput is a tool rule as extensions see it in input.rule: every field
+// present (max_calls null without a cap), keys sorted.
+func ruleInput(r policy.ToolRule) json.RawMessage {
 	raw, err := json.Marshal(struct {
 		normRule
 		MaxCalls *int64 `json:"max_calls"`
@@ -212,7 +219,7 @@ func ruleTerm(r policy.ToolRule) string {
 	if err := json.Unmarshal(raw, &sorted); err != nil {
 		panic(err)
 	}
-	return jsonText(sorted)
+	return json.RawMessage(jsonText(sorted))
 }
 
 // quote writes a Rego string literal: a JSON string, whose escapes Rego shares

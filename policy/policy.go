@@ -7,6 +7,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"github.com/open-policy-agent/opa/v1/rego"
 )
 
@@ -94,4 +95,11 @@ type Compiled struct {
 	// Options are extra rego options the query needs, such as the CEL builtin
 	// bound to this policy's expressions. Nil when the policy has no CEL.
 	Options []func(*rego.Rego)
+	// Rules are the tool rules as Rego extensions read them in input.rule
+	// (SPEC §6): JSON objects with every field present, keyed by tool name;
+	// DefaultRule is the rule of unlisted tools, if the policy has one. Whoever
+	// builds the query input puts the matched one there. Both are nil when the
+	// policy has no extensions.
+	Rules       map[string]json.RawMessage
+	DefaultRule json.RawMessage
 }

@@ -13,6 +13,8 @@
 #   input.request          {id, tool, args, at (RFC 3339), at_ns}
 #   input.state            {budget, spent, remaining, scar_score, calls, tool_calls}
 #   input.rate_kth_age_ns  (only once there have been max_actions allowed actions)
+#   input.rule             the matched tool rule, every field present (policies
+#                          with extensions only; Compiled.Rules)
 #
 # For any other policy only the generated verdict reads it, and it carries what
 # that reads: mode, request.tool, state.{remaining, scar_score, tool_calls} and

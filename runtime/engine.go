@@ -28,6 +28,10 @@ type engine struct {
 	// whole input of SPEC §5-§6. Without them only the generated verdict reads
 	// the input, and the input carries only what it reads.
 	fullState bool
+	// rules and defaultRule are input.rule for each tool (policies with
+	// extensions only): parsed once, shared by every input.
+	rules       map[string]*ast.Term
+	defaultRule *ast.Term
 }
 
 // PrepareQuery prepares one of a compiled policy's queries (c.Query or
@@ -60,8 +64,31 @@ func newEngine(ctx context.Context, c *policy.Compiled) (*engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &engine{compiled: c, query: pq, reject: reject, cancel: topdown.NewCancel(), metrics: metrics.NoOp(),
-		fullState: len(c.Options) > 0 || len(c.Policy.Rego) > 0}, nil
+	e := &engine{compiled: c, query: pq, reject: reject, cancel: topdown.NewCancel(), metrics: metrics.NoOp(),
+		fullState: len(c.Options) > 0 || len(c.Policy.Rego) > 0}
+	if len(c.Rules) > 0 || c.DefaultRule != nil {
+		e.rules = make(map[string]*ast.Term, len(c.Rules))
+		for name, raw := range c.Rules {
+			if e.rules[name], err = ast.ParseTerm(string(raw)); err != nil {
+				return nil, fmt.Errorf("policy %s: rule of %s: %w", c.Digest, name, err)
+			}
+		}
+		if c.DefaultRule != nil {
+			if e.defaultRule, err = ast.ParseTerm(string(c.DefaultRule)); err != nil {
+				return nil, fmt.Errorf("policy %s: default rule: %w", c.Digest, err)
+			}
+		}
+	}
+	return e, nil
+}
+
+// rule is input.rule for a tool: its rule, the default rule for an unlisted
+// tool, nil if there is none (or the policy has no extensions).
+func (e *engine) rule(tool string) *ast.Term {
+	if r, ok := e.rules[tool]; ok {
+		return r
+	}
+	return e.defaultRule
 }
 
 // decision is the Rego verdict object, mapped without further rule logic.
@@ -88,7 +115,7 @@ var (
 	kBudget, kSpent, kRemaining       = ast.InternedTerm("budget"), ast.InternedTerm("spent"), ast.InternedTerm("remaining")
 	kScarScore, kCalls, kToolCalls    = ast.InternedTerm("scar_score"), ast.InternedTerm("calls"), ast.InternedTerm("tool_calls")
 	kDecision, kReason, kCost, kScar  = ast.InternedTerm("decision"), ast.InternedTerm("reason"), ast.InternedTerm("cost"), ast.InternedTerm("scar")
-	kWeight, kTerminated              = ast.InternedTerm("weight"), ast.InternedTerm("terminated")
+	kWeight, kTerminated, kRule       = ast.InternedTerm("weight"), ast.InternedTerm("terminated"), ast.InternedTerm("rule")
 )
 
 // input builds the query input as an ast.Value directly (SPEC §5–§6 plus the
@@ -132,6 +159,9 @@ func (e *engine) input(m mode, id, tool string, cr *checkedRequest, at time.Time
 		ast.Item(kCalls, ast.NewTerm(calls)),
 		ast.Item(kToolCalls, ast.IntNumberTerm(int(f.calls[tool]))),
 	)))
+	if r := e.rule(tool); r != nil {
+		in.Insert(kRule, r)
+	}
 	return in, nil
 }
 

@@ -48,20 +48,27 @@ func TestRunRefusesBadSizes(t *testing.T) {
 	}
 }
 
-// The same paths as `lineagec bench`, as Go benchmarks for benchstat: each
-// iteration is one decision of the invoice workload (an agent's ops in order,
-// a new agent when they run out).
+// The same paths as `lineagec bench`, as Go benchmarks for benchstat: one
+// sub-benchmark per workload policy; each iteration is one decision (an
+// agent's ops in order, a new agent when they run out).
 
-func benchWorkload(b *testing.B) *workload {
+// eachWorkload runs f as a sub-benchmark for each of the workload's policies.
+func eachWorkload(b *testing.B, f func(b *testing.B, w *workload)) {
 	ws, err := workloads()
 	if err != nil {
 		b.Fatal(err)
 	}
-	return ws[0]
+	for _, w := range ws {
+		b.Run(w.name, func(b *testing.B) { f(b, w) })
+	}
 }
 
-func BenchmarkOracle(b *testing.B) {
-	w := benchWorkload(b)
+func BenchmarkOracle(b *testing.B) { eachWorkload(b, benchOracle) }
+
+func benchOracle(b *testing.B, w *workload) {
+	if len(w.compiled.Policy.Rego) > 0 {
+		b.Skip("the reference model runs no Rego extensions")
+	}
 	var (
 		m   *model.Model
 		run *agentRun
@@ -93,10 +100,9 @@ func BenchmarkOracle(b *testing.B) {
 	}
 }
 
-func benchRuntime(b *testing.B, st store.Store, record func(string, ast.Value)) {
-	w := benchWorkload(b)
+func benchRuntime(b *testing.B, w *workload, st store.Store) {
 	ctx := context.Background()
-	rt := runtime.Open(st, runtime.Options{Compile: compile, OnDecision: record})
+	rt := runtime.Open(st, runtime.Options{Compile: compile})
 	var (
 		id  string
 		run *agentRun
@@ -119,21 +125,26 @@ func benchRuntime(b *testing.B, st store.Store, record func(string, ast.Value)) 
 	}
 }
 
-func BenchmarkRuntimeMemory(b *testing.B) { benchRuntime(b, store.NewMemory(), nil) }
+func BenchmarkRuntimeMemory(b *testing.B) {
+	eachWorkload(b, func(b *testing.B, w *workload) { benchRuntime(b, w, store.NewMemory()) })
+}
 
 func BenchmarkRuntimeFile(b *testing.B) {
-	fs, err := store.OpenFile(b.TempDir(), store.FileOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer fs.Close()
-	benchRuntime(b, fs, nil)
+	eachWorkload(b, func(b *testing.B, w *workload) {
+		fs, err := store.OpenFile(b.TempDir(), store.FileOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer fs.Close()
+		benchRuntime(b, w, fs)
+	})
 }
 
 // BenchmarkRawOPA evaluates the inputs the runtime built for the same
 // workload, with the runtime's own prepared query and options.
-func BenchmarkRawOPA(b *testing.B) {
-	w := benchWorkload(b)
+func BenchmarkRawOPA(b *testing.B) { eachWorkload(b, benchRawOPA) }
+
+func benchRawOPA(b *testing.B, w *workload) {
 	ctx := context.Background()
 	var inputs []ast.Value
 	rt := runtime.Open(store.NewMemory(), runtime.Options{Compile: compile,

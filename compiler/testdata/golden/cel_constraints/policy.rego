@@ -14,15 +14,6 @@ scar_weights := {"minor": 1, "moderate": 3, "severe": 10}
 
 tools := {"pay_invoice", "read_invoice", "send_email"}
 
-# The matched tool rule, as extensions see it in input.rule.
-rule := {"cost":10,"max_calls":5,"requires_approval":false,"when":[{"expr":"args.amount <= 5000","reason":"amount_over_limit","scar":"moderate"},{"expr":"args.currency in [\"EUR\", \"USD\"]","reason":"unsupported_currency","scar":"minor"},{"expr":"state.remaining - args.amount >= 100","reason":"keep_a_reserve","scar":"none"}]} if input.request.tool == "pay_invoice"
-
-rule := {"cost":0,"max_calls":null,"requires_approval":false,"when":[]} if input.request.tool == "read_invoice"
-
-rule := {"cost":1,"max_calls":null,"requires_approval":false,"when":[{"expr":"args.to.endsWith(\"@example.com\")","reason":"external_recipient","scar":"moderate"}]} if input.request.tool == "send_email"
-
-rule := {"cost":2,"max_calls":null,"requires_approval":false,"when":[{"expr":"!tool.startsWith(\"admin.\")","reason":"admin_tool","scar":"severe"},{"expr":"now < timestamp(\"2030-01-01T00:00:00Z\")","reason":"expired","scar":"moderate"}]} if not tools[input.request.tool]
-
 # The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
 verdict := guard.denial("max_calls_exceeded", "minor") if {
 	input.request.tool == "pay_invoice"

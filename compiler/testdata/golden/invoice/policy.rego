@@ -18,13 +18,6 @@ rate_window_ns := 60000000000
 
 tools := {"llm_turn", "pay_invoice", "read_invoice"}
 
-# The matched tool rule, as extensions see it in input.rule.
-rule := {"cost":0,"max_calls":60,"requires_approval":false,"when":[]} if input.request.tool == "llm_turn"
-
-rule := {"cost":1,"max_calls":10,"requires_approval":true,"when":[]} if input.request.tool == "pay_invoice"
-
-rule := {"cost":0,"max_calls":null,"requires_approval":false,"when":[]} if input.request.tool == "read_invoice"
-
 # The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
 verdict := guard.denial("unlisted_tool", "moderate") if not tools[input.request.tool]
 

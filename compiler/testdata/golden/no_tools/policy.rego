@@ -14,7 +14,6 @@ scar_weights := {"minor": 1, "moderate": 3, "severe": 10}
 
 tools := set()
 
-# The matched tool rule, as extensions see it in input.rule.
 # The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
 verdict := guard.denial("unlisted_tool", "moderate") if not tools[input.request.tool]
 

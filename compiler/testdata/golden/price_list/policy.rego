@@ -14,13 +14,6 @@ scar_weights := {"minor": 1, "moderate": 3, "severe": 10}
 
 tools := {"deploy", "search"}
 
-# The matched tool rule, as extensions see it in input.rule.
-rule := {"cost":100,"description":"Ship it, with a person's consent.","max_calls":1,"requires_approval":true,"when":[]} if input.request.tool == "deploy"
-
-rule := {"cost":1,"max_calls":null,"requires_approval":false,"when":[]} if input.request.tool == "search"
-
-rule := {"cost":5,"description":"Anything else the agent finds.","max_calls":3,"requires_approval":false,"when":[]} if not tools[input.request.tool]
-
 # The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
 verdict := guard.denial("max_calls_exceeded", "minor") if {
 	input.request.tool == "deploy"

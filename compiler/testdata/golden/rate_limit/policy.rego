@@ -18,11 +18,6 @@ rate_window_ns := 5000000000
 
 tools := {"llm_turn", "tool.v2:search/web-x"}
 
-# The matched tool rule, as extensions see it in input.rule.
-rule := {"cost":1,"max_calls":null,"requires_approval":false,"when":[]} if input.request.tool == "llm_turn"
-
-rule := {"cost":0,"max_calls":null,"requires_approval":false,"when":[]} if input.request.tool == "tool.v2:search/web-x"
-
 # The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
 verdict := guard.denial("unlisted_tool", "moderate") if not tools[input.request.tool]
 

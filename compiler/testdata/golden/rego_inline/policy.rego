@@ -15,9 +15,6 @@ scar_weights := {"minor": 1, "moderate": 3, "severe": 10}
 
 tools := {"transfer"}
 
-# The matched tool rule, as extensions see it in input.rule.
-rule := {"cost":1,"max_calls":null,"requires_approval":false,"when":[]} if input.request.tool == "transfer"
-
 # The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
 verdict := guard.denial("unlisted_tool", "moderate") if not tools[input.request.tool]
 
@@ -36,15 +33,14 @@ verdict := guard.denial(d.reason, d.scar) if {
 	input.state.remaining == 1
 } else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "transfer"
 
+# Denials of the Rego extensions (SPEC §6): the strongest one denies.
 _ext_denies contains extlib.normalize(d) if {
-	ds := data.lineage.ext.transfers.deny with input.rule as rule
-	some d in ds
+	some d in data.lineage.ext.transfers.deny
 }
 
 ext_denial := extlib.strongest(_ext_denies)
 
 ext_requires_approval if {
-	rs := data.lineage.ext.transfers.require_approval with input.rule as rule
-	count(rs) > 0
+	count(data.lineage.ext.transfers.require_approval) > 0
 }
 

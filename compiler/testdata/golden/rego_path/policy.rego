@@ -15,11 +15,6 @@ scar_weights := {"minor": 1, "moderate": 3, "severe": 10}
 
 tools := {"shout", "wire"}
 
-# The matched tool rule, as extensions see it in input.rule.
-rule := {"cost":0,"max_calls":null,"requires_approval":false,"when":[]} if input.request.tool == "shout"
-
-rule := {"cost":1,"max_calls":null,"requires_approval":false,"when":[]} if input.request.tool == "wire"
-
 # The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
 verdict := guard.denial("unlisted_tool", "moderate") if not tools[input.request.tool]
 
@@ -47,25 +42,18 @@ verdict := guard.denial(d.reason, d.scar) if {
 	input.state.remaining == 1
 } else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "wire"
 
+# Denials of the Rego extensions (SPEC §6): the strongest one denies.
 _ext_denies contains extlib.normalize(d) if {
-	ds := data.lineage.ext.quiet.deny with input.rule as rule
-	some d in ds
+	some d in data.lineage.ext.quiet.deny
 }
 
 _ext_denies contains extlib.normalize(d) if {
-	ds := data.lineage.ext.weekday.deny with input.rule as rule
-	some d in ds
+	some d in data.lineage.ext.weekday.deny
 }
 
 ext_denial := extlib.strongest(_ext_denies)
 
 ext_requires_approval if {
-	rs := data.lineage.ext.quiet.require_approval with input.rule as rule
-	count(rs) > 0
-}
-
-ext_requires_approval if {
-	rs := data.lineage.ext.weekday.require_approval with input.rule as rule
-	count(rs) > 0
+	count(data.lineage.ext.weekday.require_approval) > 0
 }
 

@@ -14,9 +14,6 @@ scar_weights := {"minor": 2, "moderate": 5, "severe": 20}
 
 tools := {"browse"}
 
-# The matched tool rule, as extensions see it in input.rule.
-rule := {"cost":0,"max_calls":100,"requires_approval":false,"when":[]} if input.request.tool == "browse"
-
 # The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
 verdict := guard.denial("unlisted_tool", "moderate") if not tools[input.request.tool]
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/interpreter"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 	opatypes "github.com/open-policy-agent/opa/v1/types"
@@ -130,42 +131,60 @@ func celHolds(progs []cel.Program, idx, input *ast.Term) bool {
 		return false
 	}
 	req, _ := value(in.Get(ast.InternedTerm("request"))).(ast.Object)
-	st, _ := value(in.Get(ast.InternedTerm("state"))).(ast.Object)
-	if req == nil || st == nil {
+	if req == nil {
 		return false
 	}
-	tool, ok := value(req.Get(ast.InternedTerm("tool"))).(ast.String)
-	if !ok {
-		return false
-	}
-	args, err := celValue(req.Get(ast.InternedTerm("args")))
-	if err != nil {
-		return false
-	}
-	state, err := celValue(&ast.Term{Value: st})
-	if err != nil {
-		return false
-	}
-	atNs, ok := value(req.Get(ast.InternedTerm("at_ns"))).(ast.Number)
-	if !ok {
-		return false
-	}
-	ns, ok := atNs.Int64()
-	if !ok {
-		return false
-	}
-	out, _, err := progs[i].Eval(map[string]any{
-		"tool":  string(tool),
-		"args":  args,
-		"state": state,
-		"now":   time.Unix(0, ns).UTC(),
-	})
+	out, _, err := progs[i].Eval(&celActivation{in: in, req: req})
 	if err != nil {
 		return false
 	}
 	b, ok := out.Value().(bool)
 	return ok && b
 }
+
+// celActivation gives an expression its variables (tool, args, state, now),
+// each converted from the Rego input only if the expression reads it: most
+// read args alone. A variable the input lacks or holds malformed is not
+// found, so the expression errs and the constraint fails closed.
+type celActivation struct {
+	in  ast.Object
+	req ast.Object
+}
+
+func (a *celActivation) ResolveName(name string) (any, bool) {
+	switch name {
+	case "tool":
+		tool, ok := value(a.req.Get(ast.InternedTerm("tool"))).(ast.String)
+		return string(tool), ok
+	case "args":
+		args, ok := value(a.req.Get(ast.InternedTerm("args"))).(ast.Object)
+		if !ok {
+			return nil, false
+		}
+		v, err := celValue(ast.NewTerm(args))
+		return v, err == nil
+	case "state":
+		st, ok := value(a.in.Get(ast.InternedTerm("state"))).(ast.Object)
+		if !ok {
+			return nil, false
+		}
+		v, err := celValue(ast.NewTerm(st))
+		return v, err == nil
+	case "now":
+		atNs, ok := value(a.req.Get(ast.InternedTerm("at_ns"))).(ast.Number)
+		if !ok {
+			return nil, false
+		}
+		ns, ok := atNs.Int64()
+		if !ok {
+			return nil, false
+		}
+		return time.Unix(0, ns).UTC(), true
+	}
+	return nil, false
+}
+
+func (a *celActivation) Parent() interpreter.Activation { return nil }
 
 // value is t's value, nil for a missing term: a malformed input fails closed.
 func value(t *ast.Term) ast.Value {

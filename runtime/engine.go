@@ -32,6 +32,10 @@ type engine struct {
 	// extensions only): parsed once, shared by every input.
 	rules       map[string]*ast.Term
 	defaultRule *ast.Term
+	// tools are the policy's tool names as Rego strings, made once, and
+	// requests the {"tool": name} objects of the trimmed input.
+	tools    map[string]*ast.Term
+	requests map[string]*ast.Term
 }
 
 // PrepareQuery prepares one of a compiled policy's queries (c.Query or
@@ -65,7 +69,11 @@ func newEngine(ctx context.Context, c *policy.Compiled) (*engine, error) {
 		return nil, err
 	}
 	e := &engine{compiled: c, query: pq, reject: reject, cancel: topdown.NewCancel(), metrics: metrics.NoOp(),
-		fullState: len(c.Options) > 0 || len(c.Policy.Rego) > 0}
+		fullState: len(c.Options) > 0 || len(c.Policy.Rego) > 0, tools: make(map[string]*ast.Term, len(c.Policy.Tools)), requests: make(map[string]*ast.Term, len(c.Policy.Tools))}
+	for name := range c.Policy.Tools {
+		e.tools[name] = ast.StringTerm(name)
+		e.requests[name] = ast.NewTerm(ast.NewObject(ast.Item(kTool, e.tools[name])))
+	}
 	if len(c.Rules) > 0 || c.DefaultRule != nil {
 		e.rules = make(map[string]*ast.Term, len(c.Rules))
 		for name, raw := range c.Rules {
@@ -118,51 +126,76 @@ var (
 	kWeight, kTerminated, kRule       = ast.InternedTerm("weight"), ast.InternedTerm("terminated"), ast.InternedTerm("rule")
 )
 
-// input builds the query input as an ast.Value directly (SPEC §5–§6 plus the
-// rate-limit figure), so OPA need not convert Go values.
-func (e *engine) input(m mode, id, tool string, cr *checkedRequest, at time.Time, f *folded) (ast.Value, error) {
-	in := ast.NewObject(ast.Item(kMode, ast.StringTerm(string(m))))
-	if kth, ok := f.rateKth(); ok {
-		in.Insert(kRateKth, ast.IntNumberTerm(int(at.UnixNano()-kth)))
+// modeTerms are the values of input.mode, made once.
+var modeTerms = map[mode]*ast.Term{
+	modeRequest: ast.StringTerm(string(modeRequest)),
+	modeApprove: ast.StringTerm(string(modeApprove)),
+	modeReject:  ast.StringTerm(string(modeReject)),
+}
+
+// toolTerm is a tool name as a Rego string: made once for the policy's tools.
+func (e *engine) toolTerm(tool string) *ast.Term {
+	if t, ok := e.tools[tool]; ok {
+		return t
 	}
+	return ast.StringTerm(tool)
+}
+
+// input builds the query input as an ast.Value directly (SPEC §5–§6 plus the
+// rate-limit figure), so OPA need not convert Go values. Each object is made
+// by one ast.NewObject call with all its members: inserting them one by one
+// costs an allocation per member and regrows the object.
+func (e *engine) input(m mode, id, tool string, cr *checkedRequest, at time.Time, f *folded) (ast.Value, error) {
+	var members [5][2]*ast.Term
+	top := append(members[:0], ast.Item(kMode, modeTerms[m]))
+	if kth, ok := f.rateKth(); ok {
+		top = append(top, ast.Item(kRateKth, ast.IntNumberTerm(int(at.UnixNano()-kth))))
+	}
+	toolTerm := e.toolTerm(tool)
 	if !e.fullState {
 		// Without CEL or extensions only the generated verdict reads the input,
 		// and it reads just these: the rest is not built.
-		in.Insert(kRequest, ast.NewTerm(ast.NewObject(ast.Item(kTool, ast.StringTerm(tool)))))
-		in.Insert(kState, ast.NewTerm(ast.NewObject(
-			ast.Item(kRemaining, ast.IntNumberTerm(int(f.budget-f.spent))),
-			ast.Item(kScarScore, ast.IntNumberTerm(int(f.scarScore))),
-			ast.Item(kToolCalls, ast.IntNumberTerm(int(f.calls[tool]))),
-		)))
-		return in, nil
+		request, ok := e.requests[tool]
+		if !ok {
+			request = ast.NewTerm(ast.NewObject(ast.Item(kTool, toolTerm)))
+		}
+		top = append(top,
+			ast.Item(kRequest, request),
+			ast.Item(kState, ast.NewTerm(ast.NewObject(
+				ast.Item(kRemaining, ast.IntNumberTerm(int(f.budget-f.spent))),
+				ast.Item(kScarScore, ast.IntNumberTerm(int(f.scarScore))),
+				ast.Item(kToolCalls, ast.IntNumberTerm(int(f.calls[tool]))),
+			))))
+		return ast.NewObject(top...), nil
 	}
 	args, err := cr.value()
 	if err != nil {
 		return nil, err
 	}
-	calls := ast.NewObject()
+	calls := make([][2]*ast.Term, 0, len(f.calls))
 	for name, n := range f.calls {
-		calls.Insert(ast.StringTerm(name), ast.IntNumberTerm(int(n)))
+		calls = append(calls, ast.Item(e.toolTerm(name), ast.IntNumberTerm(int(n))))
 	}
-	in.Insert(kRequest, ast.NewTerm(ast.NewObject(
-		ast.Item(kID, ast.StringTerm(id)),
-		ast.Item(kTool, ast.StringTerm(tool)),
-		ast.Item(kArgs, ast.NewTerm(args)),
-		ast.Item(kAt, ast.StringTerm(at.UTC().Format(time.RFC3339Nano))),
-		ast.Item(kAtNs, ast.IntNumberTerm(int(at.UnixNano()))),
-	)))
-	in.Insert(kState, ast.NewTerm(ast.NewObject(
-		ast.Item(kBudget, ast.IntNumberTerm(int(f.budget))),
-		ast.Item(kSpent, ast.IntNumberTerm(int(f.spent))),
-		ast.Item(kRemaining, ast.IntNumberTerm(int(f.budget-f.spent))),
-		ast.Item(kScarScore, ast.IntNumberTerm(int(f.scarScore))),
-		ast.Item(kCalls, ast.NewTerm(calls)),
-		ast.Item(kToolCalls, ast.IntNumberTerm(int(f.calls[tool]))),
-	)))
+	top = append(top,
+		ast.Item(kRequest, ast.NewTerm(ast.NewObject(
+			ast.Item(kID, ast.StringTerm(id)),
+			ast.Item(kTool, toolTerm),
+			ast.Item(kArgs, ast.NewTerm(args)),
+			ast.Item(kAt, ast.StringTerm(at.UTC().Format(time.RFC3339Nano))),
+			ast.Item(kAtNs, ast.IntNumberTerm(int(at.UnixNano()))),
+		))),
+		ast.Item(kState, ast.NewTerm(ast.NewObject(
+			ast.Item(kBudget, ast.IntNumberTerm(int(f.budget))),
+			ast.Item(kSpent, ast.IntNumberTerm(int(f.spent))),
+			ast.Item(kRemaining, ast.IntNumberTerm(int(f.budget-f.spent))),
+			ast.Item(kScarScore, ast.IntNumberTerm(int(f.scarScore))),
+			ast.Item(kCalls, ast.NewTerm(ast.NewObject(calls...))),
+			ast.Item(kToolCalls, ast.IntNumberTerm(int(f.calls[tool]))),
+		))))
 	if r := e.rule(tool); r != nil {
-		in.Insert(kRule, r)
+		top = append(top, ast.Item(kRule, r))
 	}
-	return in, nil
+	return ast.NewObject(top...), nil
 }
 
 // decide evaluates the policy for one input.

@@ -59,6 +59,11 @@ func newFolded() *folded {
 
 // fingerprint identifies a request's content: its tool and canonical args.
 func fingerprint(tool string, canonArgs []byte) [32]byte {
+	if n := len(tool) + 1 + len(canonArgs); n <= 256 { // most requests: no hasher on the heap
+		var buf [256]byte
+		copy(buf[copy(buf[:], tool)+1:], canonArgs)
+		return sha256.Sum256(buf[:n])
+	}
 	h := sha256.New()
 	h.Write([]byte(tool))
 	h.Write([]byte{0})

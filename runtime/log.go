@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
 
@@ -28,110 +30,195 @@ type unsigned struct {
 // (RFC 8785) of the whole record, hash included, on one line. The body is
 // canonical JSON (see canonicalBody); the envelope around it is written by
 // envelope, whose values need no canonicalization (see there).
+//
+// The line is the one allocation that outlives the call (the record's Body
+// and Hash point into it or copy from it); the body and the unsigned record
+// that the hash covers are written in pooled scratch space.
 func sealRecord(seq uint64, at time.Time, it item, prev string) (lineage.Record, []byte, error) {
-	canonBody, err := canonicalBody(it)
-	if err != nil {
-		return lineage.Record{}, nil, err
+	sp := sealScratch.Get().(*[]byte)
+	defer sealScratch.Put(sp)
+	body, direct := appendCanonicalBody((*sp)[:0], it)
+	if !direct {
+		var err error
+		if body, err = canonicalBody(it); err != nil {
+			return lineage.Record{}, nil, err
+		}
 	}
 	t := lineage.Time{Time: at.UTC()}
-	buf := make([]byte, 0, 2*len(canonBody)+320)
-	signed := envelope(buf, seq, t, it.kind, prev, canonBody, "")
-	hash := hashText(signed)
-	line := envelope(signed[len(signed):], seq, t, it.kind, prev, canonBody, hash)
-	return lineage.Record{Seq: seq, At: t, Kind: it.kind, Prev: prev, Body: canonBody, Hash: hash}, line, nil
+	need := len(body) + envelopeBytes + len(prev) + 2*hashBytes
+	scratch := *sp
+	if cap(scratch) < len(body)+need {
+		scratch = make([]byte, len(body), 2*(len(body)+need))
+		copy(scratch, body)
+		body = scratch
+	}
+	*sp = scratch[:0]
+	signed := envelope(scratch[len(body):len(body)], seq, t, it.kind, prev, body, "")
+	sum := sha256.Sum256(signed)
+	var hash [hashBytes]byte
+	copy(hash[:], "sha256:")
+	hex.Encode(hash[len("sha256:"):], sum[:])
+	line := envelope(make([]byte, 0, len(signed)+len(`,"hash":""`)+hashBytes), seq, t, it.kind, prev, body, string(hash[:]))
+	bodyAt := len(`{"at":"`) + len(lineage.TimeLayout) + len(`","body":`)
+	return lineage.Record{Seq: seq, At: t, Kind: it.kind, Prev: prev, Body: line[bodyAt : bodyAt+len(body) : bodyAt+len(body)],
+		Hash: string(hash[:])}, line, nil
 }
 
-// The bodies of the records every decision writes, as encoding/json writes
-// them canonically: fields in RFC 8785 order (by name), only int numbers, args
-// already canonical (from the request check), no HTML escaping. The one
-// difference left between encoding/json and RFC 8785 for such values is that
-// Go escapes U+2028 and U+2029 in strings; canonicalBody hands any body with
-// those to the JCS library. TestCanonicalBodies holds the two equal.
-type (
-	actionWire struct {
-		Request requestWire `json:"request"`
-		Verdict verdictWire `json:"verdict"`
-	}
-	requestWire struct {
-		Args json.RawMessage `json:"args"`
-		ID   string          `json:"id"`
-		Tool string          `json:"tool"`
-	}
-	verdictWire struct {
-		Cost       int64               `json:"cost"`
-		Decision   lineage.Decision    `json:"decision"`
-		Reason     string              `json:"reason"`
-		RequestID  string              `json:"request_id"`
-		Scar       *scarWire           `json:"scar"`
-		Seq        uint64              `json:"seq"`
-		Terminated lineage.Termination `json:"terminated"`
-	}
-	scarWire struct {
-		Severity lineage.Severity `json:"severity"`
-		Weight   int64            `json:"weight"`
-	}
-	approvalWire struct {
-		Approved  bool        `json:"approved"`
-		Approver  string      `json:"approver"`
-		RequestID string      `json:"request_id"`
-		Verdict   verdictWire `json:"verdict"`
-	}
-	terminationWire struct {
-		By     string              `json:"by,omitempty"`
-		Note   string              `json:"note,omitempty"`
-		Reason lineage.Termination `json:"reason"`
-	}
+// envelopeBytes bounds a record's bytes outside its body, prev and hash.
+const (
+	envelopeBytes = 128
+	hashBytes     = len("sha256:") + 2*sha256.Size
 )
 
-func wireVerdict(v lineage.Verdict) verdictWire {
-	w := verdictWire{Cost: v.Cost, Decision: v.Decision, Reason: v.Reason, RequestID: v.RequestID,
-		Seq: v.Seq, Terminated: v.Terminated}
-	if v.Scar != nil {
-		w.Scar = &scarWire{Severity: v.Scar.Severity, Weight: v.Scar.Weight}
-	}
-	return w
-}
+var sealScratch = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
 
 // canonicalBody returns the RFC 8785 canonical JSON of a record's body.
 func canonicalBody(it item) ([]byte, error) {
-	var (
-		wire       any
-		useLibrary bool // a part may not be canonical yet
-	)
-	switch b := it.body.(type) {
-	case *lineage.ActionBody:
-		args := it.args
-		if args == nil { // the canonical args travel with the item; a body alone is marshaled
-			var err error
-			if args, err = json.Marshal(argsOrEmpty(b.Request.Args)); err != nil {
-				return nil, err
-			}
-			useLibrary = true
-		}
-		wire = actionWire{Request: requestWire{Args: args, ID: b.Request.ID, Tool: b.Request.Tool},
-			Verdict: wireVerdict(b.Verdict)}
-	case *lineage.ApprovalBody:
-		wire = approvalWire{Approved: b.Approved, Approver: b.Approver, RequestID: b.RequestID, Verdict: wireVerdict(b.Verdict)}
-	case *lineage.TerminationBody:
-		wire = terminationWire{By: b.By, Note: b.Note, Reason: b.Reason}
-	default:
-		raw, err := json.Marshal(it.body)
+	if b, ok := it.body.(*lineage.ActionBody); ok && it.args == nil {
+		// A body without the canonical args that travel with a request's item.
+		raw, err := json.Marshal(argsOrEmpty(b.Request.Args))
 		if err != nil {
 			return nil, err
 		}
-		return jcs.Transform(raw)
+		if it.args, err = jcs.Transform(raw); err != nil {
+			return nil, err
+		}
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(wire); err != nil {
+	if out, ok := appendCanonicalBody(make([]byte, 0, 256+len(it.args)), it); ok {
+		return out, nil
+	}
+	raw, err := json.Marshal(it.body)
+	if err != nil {
 		return nil, err
 	}
-	out := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	if useLibrary || bytes.Contains(out, []byte(`\u2028`)) || bytes.Contains(out, []byte(`\u2029`)) {
-		return jcs.Transform(out) // the library settles what encoding/json may write differently
+	return jcs.Transform(raw)
+}
+
+// appendCanonicalBody writes the canonical JSON of the bodies that requests,
+// approvals and kills write (action, approval, termination) directly, without
+// reflection: members in RFC 8785 order (by name), integers only, strings as
+// appendCanonicalString writes them, an action's args already canonical (it.args
+// must be set). It reports false for any other body, which the JCS library
+// encodes. TestCanonicalBodies holds it equal to the library.
+func appendCanonicalBody(dst []byte, it item) ([]byte, bool) {
+	switch b := it.body.(type) {
+	case *lineage.ActionBody:
+		dst = append(dst, `{"request":{"args":`...)
+		dst = append(dst, it.args...)
+		dst = append(dst, `,"id":`...)
+		dst = appendCanonicalString(dst, b.Request.ID)
+		dst = append(dst, `,"tool":`...)
+		dst = appendCanonicalString(dst, b.Request.Tool)
+		dst = append(dst, `},"verdict":`...)
+		dst = appendCanonicalVerdict(dst, b.Verdict)
+	case *lineage.ApprovalBody:
+		dst = append(dst, `{"approved":`...)
+		dst = strconv.AppendBool(dst, b.Approved)
+		dst = append(dst, `,"approver":`...)
+		dst = appendCanonicalString(dst, b.Approver)
+		dst = append(dst, `,"request_id":`...)
+		dst = appendCanonicalString(dst, b.RequestID)
+		dst = append(dst, `,"verdict":`...)
+		dst = appendCanonicalVerdict(dst, b.Verdict)
+	case *lineage.TerminationBody:
+		dst = append(dst, '{')
+		if b.By != "" {
+			dst = append(dst, `"by":`...)
+			dst = append(appendCanonicalString(dst, b.By), ',')
+		}
+		if b.Note != "" {
+			dst = append(dst, `"note":`...)
+			dst = append(appendCanonicalString(dst, b.Note), ',')
+		}
+		dst = append(dst, `"reason":`...)
+		dst = appendTermination(dst, b.Reason)
+	default:
+		return dst, false
 	}
-	return out, nil
+	return append(dst, '}'), true
+}
+
+func appendCanonicalVerdict(dst []byte, v lineage.Verdict) []byte {
+	dst = append(dst, `{"cost":`...)
+	dst = strconv.AppendInt(dst, v.Cost, 10)
+	dst = append(dst, `,"decision":`...)
+	dst = appendCanonicalString(dst, string(v.Decision))
+	dst = append(dst, `,"reason":`...)
+	dst = appendCanonicalString(dst, v.Reason)
+	dst = append(dst, `,"request_id":`...)
+	dst = appendCanonicalString(dst, v.RequestID)
+	dst = append(dst, `,"scar":`...)
+	if v.Scar == nil {
+		dst = append(dst, "null"...)
+	} else {
+		dst = append(dst, `{"severity":`...)
+		dst = appendCanonicalString(dst, string(v.Scar.Severity))
+		dst = append(dst, `,"weight":`...)
+		dst = strconv.AppendInt(dst, v.Scar.Weight, 10)
+		dst = append(dst, '}')
+	}
+	dst = append(dst, `,"seq":`...)
+	dst = strconv.AppendUint(dst, v.Seq, 10)
+	dst = append(dst, `,"terminated":`...)
+	return append(appendTermination(dst, v.Terminated), '}')
+}
+
+// appendTermination writes a termination reason, null for none.
+func appendTermination(dst []byte, t lineage.Termination) []byte {
+	if t == "" {
+		return append(dst, "null"...)
+	}
+	return appendCanonicalString(dst, string(t))
+}
+
+// appendCanonicalString writes s as a JSON string the way RFC 8785 does: the
+// two-letter escapes for " \\ \b \f \n \r \t, \u00xx (lowercase) for the
+// other control characters, every other character as itself (U+2028 too).
+// A byte that is not valid UTF-8 becomes U+FFFD, as Go's JSON encoder makes it
+// before the library sees it.
+func appendCanonicalString(dst []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				dst = append(dst, s[start:i]...)
+				dst = utf8.AppendRune(dst, utf8.RuneError)
+				i++
+				start = i
+				continue
+			}
+			i += size
+			continue
+		}
+		if c >= 0x20 && c != '"' && c != '\\' {
+			i++
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\f':
+			dst = append(dst, '\\', 'f')
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		i++
+		start = i
+	}
+	return append(append(dst, s[start:]...), '"')
 }
 
 // envelope appends a record's canonical JSON around its canonical body; with

@@ -1,12 +1,11 @@
 package runtime
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
-	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -24,10 +23,40 @@ const (
 	MaxIDBytes      = 256
 )
 
-var (
-	toolName   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$`)
-	reservedID = regexp.MustCompile(`^req_[0-9]+$`)
-)
+// toolNamePattern is SPEC §2's tool name; validToolName checks it without a
+// regexp, which cost a microsecond on every request.
+const toolNamePattern = `^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$`
+
+func validToolName(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case i > 0 && (c == '_' || c == '.' || c == ':' || c == '/' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// reservedID reports whether id has the form req_<digits> (D17), which the
+// runtime assigns.
+func reservedID(id string) bool {
+	digits, ok := strings.CutPrefix(id, "req_")
+	if !ok || digits == "" {
+		return false
+	}
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // checkedRequest is a validated request: its args in canonical JSON (for the
 // log, the size limit and retries) and as a Rego value (for the query).
@@ -51,8 +80,8 @@ func checkRequest(req lineage.Request) (*checkedRequest, error) {
 	switch {
 	case req.Tool == "":
 		return nil, badRequest("tool is required")
-	case !utf8.ValidString(req.Tool) || !toolName.MatchString(req.Tool):
-		return nil, badRequest("tool name %q does not match %s", req.Tool, toolName)
+	case !validToolName(req.Tool):
+		return nil, badRequest("tool name %q does not match %s", req.Tool, toolNamePattern)
 	case !utf8.ValidString(req.ID):
 		return nil, badRequest("id is not valid UTF-8")
 	case len(req.ID) > MaxIDBytes:
@@ -114,23 +143,13 @@ func (cr *checkedRequest) argsMap() (map[string]any, error) {
 	return cr.args, nil
 }
 
-// canonicalArgs returns the RFC 8785 canonical JSON of checked args. Args made
-// of what canonical JSON writes as encoding/json does — strings without
-// U+2028/U+2029, integers in plain decimal, booleans, null, objects whose keys
-// are such strings and sort the same in UTF-8 and UTF-16 (no code point from
-// U+D800 up) — are
-// written by encoding/json; anything else (fractions, exponents, such strings
-// or keys, Go floats) goes through the JCS library. TestCanonicalArgs holds the
-// two equal.
+// canonicalArgs returns the RFC 8785 canonical JSON of checked args. Plain
+// args (see plainJSON) are written directly by appendPlainJSON; anything else
+// (fractions, exponents, Go floats, keys that sort differently in UTF-16) goes
+// through the JCS library. TestCanonicalArgs holds the two equal.
 func canonicalArgs(args map[string]any) ([]byte, error) {
 	if plainJSON(args) {
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(args); err != nil {
-			return nil, err
-		}
-		return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+		return appendPlainJSON(make([]byte, 0, 64), args), nil
 	}
 	raw, err := json.Marshal(args)
 	if err != nil {
@@ -139,18 +158,20 @@ func canonicalArgs(args map[string]any) ([]byte, error) {
 	return jcs.Transform(raw)
 }
 
+// plainJSON reports whether v is made only of values whose canonical JSON
+// appendPlainJSON writes, and that decode back to themselves: strings,
+// integers in plain decimal, booleans, null, arrays, and objects whose keys
+// sort the same in UTF-8 as in UTF-16 (no code point from U+D800 up).
 func plainJSON(v any) bool {
 	switch x := v.(type) {
-	case nil, bool, int, int8, int16, int32, int64, uint8, uint16, uint32:
+	case nil, bool, int, int8, int16, int32, int64, uint8, uint16, uint32, string:
 		return true
-	case string:
-		return !strings.ContainsAny(x, "\u2028\u2029")
 	case json.Number:
 		return plainInteger(string(x))
 	case map[string]any:
 		for k, e := range x {
 			for _, r := range k {
-				if r >= 0xD800 || r == '\u2028' || r == '\u2029' {
+				if r >= 0xD800 {
 					return false
 				}
 			}
@@ -168,6 +189,70 @@ func plainJSON(v any) bool {
 		return true
 	}
 	return false
+}
+
+// appendPlainJSON writes the canonical JSON of a plainJSON value: object
+// members sorted by key (UTF-8 order, which is UTF-16 order for such keys),
+// strings as RFC 8785 escapes them, integers in decimal.
+func appendPlainJSON(dst []byte, v any) []byte {
+	switch x := v.(type) {
+	case nil:
+		return append(dst, "null"...)
+	case bool:
+		return strconv.AppendBool(dst, x)
+	case string:
+		return appendCanonicalString(dst, x)
+	case json.Number:
+		return append(dst, x...)
+	case int:
+		return strconv.AppendInt(dst, int64(x), 10)
+	case int8:
+		return strconv.AppendInt(dst, int64(x), 10)
+	case int16:
+		return strconv.AppendInt(dst, int64(x), 10)
+	case int32:
+		return strconv.AppendInt(dst, int64(x), 10)
+	case int64:
+		return strconv.AppendInt(dst, x, 10)
+	case uint8:
+		return strconv.AppendUint(dst, uint64(x), 10)
+	case uint16:
+		return strconv.AppendUint(dst, uint64(x), 10)
+	case uint32:
+		return strconv.AppendUint(dst, uint64(x), 10)
+	case []any:
+		if x == nil { // as encoding/json writes a nil slice
+			return append(dst, "null"...)
+		}
+		dst = append(dst, '[')
+		for i, e := range x {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendPlainJSON(dst, e)
+		}
+		return append(dst, ']')
+	case map[string]any:
+		if x == nil {
+			return append(dst, "null"...)
+		}
+		var small [8]string
+		keys := small[:0]
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		dst = append(dst, '{')
+		for i, k := range keys {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(appendCanonicalString(dst, k), ':')
+			dst = appendPlainJSON(dst, x[k])
+		}
+		return append(dst, '}')
+	}
+	panic(fmt.Sprintf("appendPlainJSON: %T is not plain JSON", v)) // plainJSON said it was
 }
 
 // plainInteger: an integer as canonical JSON writes it (no sign but a minus,

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/open-policy-agent/opa/v1/ast"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -147,7 +148,7 @@ func (r *Runtime) CreateAgent(ctx context.Context, c *policy.Compiled, o CreateO
 		return "", fmt.Errorf("creating agent %s: %w", id, err)
 	}
 	a := &agent{id: id, f: newFolded(), eng: eng}
-	_, err = a.append(r.store, at,
+	err = a.append(r.store, at,
 		item{kind: lineage.KindGenesis, body: &lineage.GenesisBody{Agent: id, Name: o.Name, Parent: parent}},
 		item{kind: lineage.KindPolicy, body: &lineage.PolicyBody{Digest: c.Digest, Policy: c.Document}},
 	)
@@ -233,7 +234,7 @@ func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
 		// The verdict that ended the agent is durable but its termination record
 		// is not (a crash between them): seal the log as the verdict said.
 		// A read-only store leaves that to the next writer.
-		_, err := a.append(r.store, f.lastAt, item{kind: lineage.KindTermination, body: &lineage.TerminationBody{Reason: f.owed}})
+		err := a.append(r.store, f.lastAt, item{kind: lineage.KindTermination, body: &lineage.TerminationBody{Reason: f.owed}})
 		if err != nil && !errors.Is(err, store.ErrReadOnly) {
 			return nil, fmt.Errorf("agent %s: completing its termination: %w", id, err)
 		}
@@ -265,9 +266,11 @@ type item struct {
 
 // append seals records onto the chain, makes them durable in one store append
 // and only then folds them into state. On error nothing changed.
-func (a *agent) append(st store.Store, at time.Time, items ...item) ([]lineage.Record, error) {
-	recs := make([]lineage.Record, len(items))
-	lines := make([][]byte, len(items))
+func (a *agent) append(st store.Store, at time.Time, items ...item) error {
+	// A decision writes one record, or two with a termination.
+	var recBuf [2]lineage.Record
+	var lineBuf [2][]byte
+	recs, lines := recBuf[:0], lineBuf[:0]
 	prev := a.f.head
 	first := a.f.seq + 1
 	if a.f.head == "" { // a new log: genesis is seq 0
@@ -276,12 +279,12 @@ func (a *agent) append(st store.Store, at time.Time, items ...item) ([]lineage.R
 	for i, it := range items {
 		rec, line, err := sealRecord(first+uint64(i), at, it, prev)
 		if err != nil {
-			return nil, fmt.Errorf("agent %s: encoding %s record: %w", a.id, it.kind, err)
+			return fmt.Errorf("agent %s: encoding %s record: %w", a.id, it.kind, err)
 		}
-		recs[i], lines[i], prev = rec, line, rec.Hash
+		recs, lines, prev = append(recs, rec), append(lines, line), rec.Hash
 	}
 	if err := st.Append(a.id, first, lines...); err != nil {
-		return nil, fmt.Errorf("agent %s: %w", a.id, err)
+		return fmt.Errorf("agent %s: %w", a.id, err)
 	}
 	for i, rec := range recs {
 		if err := a.f.fold(rec, items[i].body, items[i].args); err != nil {
@@ -289,7 +292,7 @@ func (a *agent) append(st store.Store, at time.Time, items ...item) ([]lineage.R
 			panic(fmt.Sprintf("agent %s: folding record %d: %v", a.id, rec.Seq, err))
 		}
 	}
-	return recs, nil
+	return nil
 }
 
 // timeFor resolves a request's time: the given one, which must not be earlier
@@ -327,16 +330,15 @@ func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Reque
 	if err != nil {
 		return lineage.Verdict{}, err
 	}
-	fp := fingerprint(cr.tool, cr.canonArgs)
 	// Step 1: a retry returns the current verdict and records nothing.
 	if cr.id != "" {
 		if seen, ok := a.f.seen[cr.id]; ok {
-			if seen.fingerprint != fp {
+			if seen.fingerprint != fingerprint(cr.tool, cr.canonArgs) {
 				return lineage.Verdict{}, fmt.Errorf("%w: request id %q was used before with another tool or other args", lineage.ErrIDConflict, cr.id)
 			}
 			return seen.verdict, nil
 		}
-		if reservedID.MatchString(cr.id) {
+		if reservedID(cr.id) {
 			return lineage.Verdict{}, badRequest("id %q has the form req_<n>, which is reserved for the ids the runtime assigns", cr.id)
 		}
 	}
@@ -347,7 +349,7 @@ func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Reque
 	seq := a.f.seq + 1
 	id := cr.id
 	if id == "" {
-		id = fmt.Sprintf("req_%d", seq) // unique: callers cannot use this form (D17)
+		id = "req_" + strconv.FormatUint(seq, 10) // unique: callers cannot use this form (D17)
 	}
 	in, err := a.eng.input(modeRequest, id, cr.tool, cr, at, a.f)
 	if err != nil {
@@ -368,7 +370,7 @@ func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Reque
 	if v.Terminated != "" {
 		items = append(items, item{kind: lineage.KindTermination, body: &lineage.TerminationBody{Reason: v.Terminated}})
 	}
-	if _, err := a.append(r.store, at, items...); err != nil {
+	if err := a.append(r.store, at, items...); err != nil {
 		return lineage.Verdict{}, err
 	}
 	return v, nil
@@ -448,7 +450,7 @@ func (r *Runtime) decidePending(ctx context.Context, agentID string, ap Approval
 	if v.Terminated != "" {
 		items = append(items, item{kind: lineage.KindTermination, body: &lineage.TerminationBody{Reason: v.Terminated}})
 	}
-	if _, err := a.append(r.store, at, items...); err != nil {
+	if err := a.append(r.store, at, items...); err != nil {
 		return lineage.Verdict{}, err
 	}
 	return v, nil
@@ -479,7 +481,7 @@ func (r *Runtime) Terminate(ctx context.Context, agentID string, k Kill) (lineag
 	if a.f.status == lineage.Terminated {
 		return lineage.State{}, fmt.Errorf("%w: agent %s is already terminated (%s)", lineage.ErrSealed, a.id, a.f.termination)
 	}
-	if _, err := a.append(r.store, at, item{kind: lineage.KindTermination,
+	if err := a.append(r.store, at, item{kind: lineage.KindTermination,
 		body: &lineage.TerminationBody{Reason: lineage.Killed, By: k.By, Note: k.Note}}); err != nil {
 		return lineage.State{}, err
 	}

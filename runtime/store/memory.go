@@ -11,7 +11,8 @@ import (
 // Nothing survives the process; "durable" means "appended".
 //
 // Agents do not contend with each other: the logs live in a sync.Map and each
-// has its own mutex. Append copies the records it is given in one allocation.
+// has its own mutex. Append keeps the records it is given (Store lets it): the
+// runtime allocates each line for the log, so a copy would be pure cost.
 type Memory struct {
 	logs   sync.Map // agent id → *memLog
 	closed atomic.Bool
@@ -61,13 +62,8 @@ func (m *Memory) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 	if err != nil {
 		return err
 	}
-	total, err := checkRecords(agent, firstSeq, recs)
-	if err != nil {
+	if _, err := checkRecords(agent, firstSeq, recs); err != nil {
 		return err
-	}
-	var buf []byte
-	if total > 0 {
-		buf = make([]byte, total) // the one allocation, outside the lock
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -75,9 +71,7 @@ func (m *Memory) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 		return seqError(agent, "", firstSeq, n)
 	}
 	for _, r := range recs {
-		n := copy(buf, r)
-		l.recs = append(l.recs, buf[:n:n])
-		buf = buf[n:]
+		l.recs = append(l.recs, r[:len(r):len(r)])
 	}
 	return nil
 }

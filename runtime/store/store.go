@@ -27,7 +27,8 @@ type Store interface {
 	// firstSeq must equal the number of records already in the log (ErrSeq
 	// otherwise). Append returns only once every record is durable; if it returns
 	// an error, none of recs counts as written and the log is as before.
-	// The store copies recs; the caller may reuse them when Append returns.
+	// The store may keep recs rather than copy them (the memory store does):
+	// the caller must not modify them once it has called Append.
 	//
 	// A crash before Append returns may leave none, all, or a prefix of recs
 	// (whole records only) in the log: an append that was never acknowledged

@@ -13,7 +13,6 @@ import (
 	"math/rand/v2"
 	"os"
 	goruntime "runtime"
-	"sync"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -48,6 +47,7 @@ type Result struct {
 	RuntimeMemP50               int64                    `json:"runtime_mem_p50_ns"`
 	RuntimeMemP99               int64                    `json:"runtime_mem_p99_ns"`
 	RuntimeMemPerSec            float64                  `json:"runtime_mem_decisions_per_sec"`
+	RawOPAPerSec                float64                  `json:"raw_opa_decisions_per_sec"`
 	RuntimeMemOverRawOPA        float64                  `json:"runtime_mem_p50_over_raw_opa_p50"`
 	RuntimeFilePerSec           float64                  `json:"runtime_file_decisions_per_sec,omitempty"`
 	RuntimeFileP50              int64                    `json:"runtime_file_p50_ns,omitempty"`
@@ -257,21 +257,23 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	agents := newRuns(o.Agents)
 
-	// (c) runtime, memory store. Latency: one goroutine runs every agent's
-	// decisions (interleaved), recording each OPA input for (b), so both are
-	// measured the same way. Throughput: a fresh runtime on GOMAXPROCS
-	// long-lived goroutines.
-	say("runtime, memory store, latency: %d agents × %d decisions on one goroutine", o.Agents, o.Requests)
-	var (
-		inputsMu sync.Mutex
-		inputs   = map[string][]ast.Value{}
-	)
-	rec := func(digest string, in ast.Value) {
-		inputsMu.Lock()
-		inputs[digest] = append(inputs[digest], in)
-		inputsMu.Unlock()
+	// (c) runtime, memory store, and (b) OPA alone, paired. Latency: one
+	// goroutine runs every agent's decisions (interleaved, so consecutive
+	// decisions are of different policies); after each decision, the same
+	// prepared query evaluates the input the runtime built for the decision
+	// before it, timed on its own. So every evaluation, the runtime's and the
+	// raw one, follows an evaluation of another policy: both meet the same
+	// heap and equally warm caches, and their ratio is the cost of the
+	// bookkeeping. Throughput: a fresh runtime on GOMAXPROCS goroutines.
+	say("runtime, memory store, and raw OPA on the same inputs, latency: %d agents × %d decisions on one goroutine", o.Agents, o.Requests)
+	floor, err := newRawOPA(ctx, ws)
+	if err != nil {
+		return nil, err
 	}
-	rt := runtime.Open(store.NewMemory(), runtime.Options{Compile: compile, OnDecision: rec})
+	var last, prev recordedInput // last is set by the runtime's OnDecision, on the one goroutine
+	rt := runtime.Open(store.NewMemory(), runtime.Options{Compile: compile, OnDecision: func(digest string, in ast.Value) {
+		last = recordedInput{digest, in}
+	}})
 	ids := make([]string, len(agents))
 	for i, a := range agents {
 		if ids[i], err = rt.CreateAgent(ctx, a.w.compiled, runtime.CreateOptions{At: genesis}); err != nil {
@@ -280,22 +282,66 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	mix := Mix{Reasons: map[string]int{}}
 	byPolicy := map[string][]time.Duration{}
-	var byPolicyMu sync.Mutex
-	lat, _, err := drive(ctx, len(agents), 1, func(i, k int) (lineage.Verdict, error) {
+	var lat, raw []time.Duration // drive's own timing would include the raw evaluation
+	rawByPolicy := map[string][]time.Duration{}
+	var sample []recordedInput // every 10th input, for OPA's throughput
+	evalRaw := func(in recordedInput) error {
+		rd, err := floor.eval(ctx, in)
+		if err != nil {
+			return err
+		}
+		raw = append(raw, rd)
+		rawByPolicy[floor.names[in.digest]] = append(rawByPolicy[floor.names[in.digest]], rd)
+		if len(raw)%10 == 0 {
+			sample = append(sample, in)
+		}
+		return nil
+	}
+	_, _, err = drive(ctx, len(agents), 1, func(i, k int) (lineage.Verdict, error) {
+		last = recordedInput{}
 		t0 := time.Now()
 		v, err := decideOne(ctx, rt, ids[i], agents[i], k)
 		d := time.Since(t0)
-		byPolicyMu.Lock()
+		lat = append(lat, d)
 		byPolicy[agents[i].w.name] = append(byPolicy[agents[i].w.name], d)
-		byPolicyMu.Unlock()
-		return v, err
+		if err != nil || last.input == nil {
+			return v, err
+		}
+		if prev.input != nil {
+			if err := evalRaw(prev); err != nil {
+				return v, err
+			}
+		}
+		prev = last
+		return v, nil
 	}, o.Requests, func(v lineage.Verdict) { mix.count(v) })
+	if err == nil && prev.input != nil {
+		err = evalRaw(prev)
+	}
 	if err != nil {
 		return nil, err
 	}
 	res.Workload = mix
 	res.RuntimeMemP50, res.RuntimeMemP99 = percentile(lat, 50), percentile(lat, 99)
-	say("runtime, memory store: p50 %s, p99 %s", time.Duration(res.RuntimeMemP50), time.Duration(res.RuntimeMemP99))
+	res.RawOPAP50, res.RawOPAP99 = percentile(raw, 50), percentile(raw, 99)
+	res.RuntimeMemOverRawOPA = float64(res.RuntimeMemP50) / float64(res.RawOPAP50)
+	res.PerPolicy = map[string]PolicyLatency{}
+	for _, w := range ws {
+		pl := PolicyLatency{RawOPAP50: percentile(rawByPolicy[w.name], 50), RuntimeMemP50: percentile(byPolicy[w.name], 50)}
+		if pl.RawOPAP50 > 0 {
+			pl.Ratio = float64(pl.RuntimeMemP50) / float64(pl.RawOPAP50)
+		}
+		res.PerPolicy[w.name] = pl
+	}
+	say("runtime, memory store: p50 %s, p99 %s; raw OPA: p50 %s, p99 %s", time.Duration(res.RuntimeMemP50), time.Duration(res.RuntimeMemP99),
+		time.Duration(res.RawOPAP50), time.Duration(res.RawOPAP99))
+
+	say("raw OPA, throughput: %d evaluations of %d sampled inputs on %d goroutines", len(lat), len(sample), res.GOMAXPROCS)
+	if res.RawOPAPerSec, err = floor.throughput(ctx, sample, len(lat), res.GOMAXPROCS); err != nil {
+		return nil, err
+	}
+	sample = nil
+	say("raw OPA: %.0f evaluations/s", res.RawOPAPerSec)
 
 	say("runtime, memory store, throughput: %d agents × %d decisions on %d goroutines", o.Agents, o.Requests, res.GOMAXPROCS)
 	trt := runtime.Open(store.NewMemory(), runtime.Options{Compile: compile})
@@ -314,24 +360,6 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	res.RuntimeMemPerSec = float64(len(tlat)) / wall.Seconds()
 	say("runtime, memory store: %.0f decisions/s", res.RuntimeMemPerSec)
-
-	// (b) OPA alone: the same compiled Rego, prepared once, on the recorded inputs.
-	say("raw OPA on the %d recorded inputs", countInputs(inputs))
-	raw, rawByPolicy, err := rawOPA(ctx, ws, inputs)
-	if err != nil {
-		return nil, err
-	}
-	res.RawOPAP50, res.RawOPAP99 = percentile(raw, 50), percentile(raw, 99)
-	res.RuntimeMemOverRawOPA = float64(res.RuntimeMemP50) / float64(res.RawOPAP50)
-	res.PerPolicy = map[string]PolicyLatency{}
-	for _, w := range ws {
-		pl := PolicyLatency{RawOPAP50: percentile(rawByPolicy[w.name], 50), RuntimeMemP50: percentile(byPolicy[w.name], 50)}
-		if pl.RawOPAP50 > 0 {
-			pl.Ratio = float64(pl.RuntimeMemP50) / float64(pl.RawOPAP50)
-		}
-		res.PerPolicy[w.name] = pl
-	}
-	say("raw OPA: p50 %s, p99 %s", time.Duration(res.RawOPAP50), time.Duration(res.RawOPAP99))
 
 	// (a) the reference model on the same ops (it runs no Rego: extension agents are left out).
 	say("reference model")

@@ -64,40 +64,79 @@ func drive(ctx context.Context, n, workers int, do func(agent, k int) (lineage.V
 	return all, wall, nil
 }
 
-// rawOPA evaluates the recorded inputs with a prepared query per policy, the
-// way the runtime does (parsed input, no-op metrics, external cancel), but with
-// no log, no store and no state: OPA's floor for this workload.
-func rawOPA(ctx context.Context, ws []*workload, inputs map[string][]ast.Value) ([]time.Duration, map[string][]time.Duration, error) {
-	var lat []time.Duration
-	byPolicy := map[string][]time.Duration{}
-	cancel := topdown.NewCancel()
-	noop := metrics.NoOp()
-	for _, w := range ws {
-		c := w.compiled
-		pq, err := runtime.PrepareQuery(ctx, c, c.Query)
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, in := range inputs[c.Digest] {
-			t0 := time.Now()
-			rs, err := pq.Eval(ctx, rego.EvalParsedInput(in), rego.EvalMetrics(noop), rego.EvalExternalCancel(cancel))
-			d := time.Since(t0)
-			lat = append(lat, d)
-			byPolicy[w.name] = append(byPolicy[w.name], d)
-			if err != nil || len(rs) != 1 {
-				return nil, nil, fmt.Errorf("raw OPA: %v", err)
-			}
-		}
-	}
-	return lat, byPolicy, nil
+// recordedInput is one OPA input the runtime built, and its policy's digest.
+type recordedInput struct {
+	digest string
+	input  ast.Value
 }
 
-func countInputs(m map[string][]ast.Value) int {
-	n := 0
-	for _, v := range m {
-		n += len(v)
+// rawOPA is OPA's floor: each workload policy's query, prepared the way the
+// runtime prepares it and evaluated the way it evaluates it (parsed input,
+// no-op metrics, external cancel), with no log, no store and no state.
+type rawOPA struct {
+	queries map[string]rego.PreparedEvalQuery // by digest
+	names   map[string]string                 // workload name by digest
+	cancel  topdown.Cancel
+	noop    metrics.Metrics
+}
+
+func newRawOPA(ctx context.Context, ws []*workload) (*rawOPA, error) {
+	r := &rawOPA{queries: map[string]rego.PreparedEvalQuery{}, names: map[string]string{}, cancel: topdown.NewCancel(), noop: metrics.NoOp()}
+	for _, w := range ws {
+		pq, err := runtime.PrepareQuery(ctx, w.compiled, w.compiled.Query)
+		if err != nil {
+			return nil, err
+		}
+		r.queries[w.compiled.Digest], r.names[w.compiled.Digest] = pq, w.name
 	}
-	return n
+	return r, nil
+}
+
+// eval evaluates one recorded input and times it.
+func (r *rawOPA) eval(ctx context.Context, in recordedInput) (time.Duration, error) {
+	pq, ok := r.queries[in.digest]
+	if !ok {
+		return 0, fmt.Errorf("raw OPA: an input of unknown policy %s", in.digest)
+	}
+	t0 := time.Now()
+	rs, err := pq.Eval(ctx, rego.EvalParsedInput(in.input), rego.EvalMetrics(r.noop), rego.EvalExternalCancel(r.cancel))
+	d := time.Since(t0)
+	if err != nil || len(rs) != 1 {
+		return 0, fmt.Errorf("raw OPA: %v (%d results)", err, len(rs))
+	}
+	return d, nil
+}
+
+// throughput evaluates n inputs, cycling through sample, on the given number
+// of goroutines, and returns evaluations per second: the most decisions per
+// second that OPA alone can make of this workload on this machine.
+func (r *rawOPA) throughput(ctx context.Context, sample []recordedInput, n, workers int) (float64, error) {
+	if len(sample) == 0 {
+		return 0, fmt.Errorf("raw OPA: no inputs were recorded")
+	}
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for j := w; j < n; j += workers {
+				if _, err := r.eval(ctx, sample[j%len(sample)]); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	for _, err := range errs {
+		if err != nil {
+			return 0, err
+		}
+	}
+	return float64(n) / wall.Seconds(), nil
 }
 
 // idleStateBytes is the heap an idle agent (genesis and policy only) costs once

@@ -102,6 +102,7 @@ func runBench(ctx context.Context, p benchParams, stdout, stderr io.Writer) erro
 	if res.RuntimeFilePerSec > 0 {
 		fmt.Fprintf(tw, "runtime, file p50 / p99\t%s / %s\n", ns(res.RuntimeFileP50), ns(res.RuntimeFileP99))
 		fmt.Fprintf(tw, "runtime, file throughput\t%.0f durable decisions/s\n", res.RuntimeFilePerSec)
+		fmt.Fprintf(tw, "  one sync p50 / p99\t%s / %s (%.1f appends per sync)\n", ns(res.FileSyncP50), ns(res.FileSyncP99), res.FileAppendsPerSync)
 	}
 	if res.LongLogRecords > 0 {
 		fmt.Fprintf(tw, "long log p50 (%d records)\t%s (%.2f× a fresh agent's %s)\n", res.LongLogRecords, ns(res.LongLogP50), res.LongLogOverFresh, ns(res.FreshP50))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // commitReq is a log's request to the committer. Each fileLog embeds one: its
@@ -32,7 +33,8 @@ type committer struct {
 	stop   chan struct{}
 	exited chan struct{}
 
-	batches, reqs atomic.Int64 // for benchmarks: average batch = reqs/batches
+	batches, reqs atomic.Int64 // average batch = reqs/batches (CommitStats)
+	syncTimes     syncHistogram
 }
 
 func newCommitter(s *File, mode SyncMode) *committer {
@@ -87,7 +89,9 @@ func (c *committer) run() {
 		c.queue, c.done = spare[:0], make(chan struct{})
 		c.mu.Unlock()
 
+		start := time.Now()
 		c.syncBatch(batch)
+		c.syncTimes.record(time.Since(start))
 		c.batches.Add(1)
 		c.reqs.Add(int64(len(batch)))
 		close(done)

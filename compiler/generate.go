@@ -50,14 +50,9 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 	for i, name := range names {
 		quoted[i] = quote(name)
 	}
-	if len(names) == 0 {
-		w("tools := set()\n\n")
-	} else {
-		w("tools := {%s}\n\n", strings.Join(quoted, ", "))
-	}
 
 	type entry struct {
-		guard string // the condition that selects this rule
+		guard string // the condition that selects this rule ("" for the default rule)
 		rule  policy.ToolRule
 		when  string // the rule that yields its first failing CEL constraint, if any
 	}
@@ -74,7 +69,7 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 		rules = append(rules, e)
 	}
 	if n.DefaultRule != nil {
-		e := entry{guard: "not tools[input.request.tool]", rule: *n.DefaultRule}
+		e := entry{rule: *n.DefaultRule}
 		if len(e.rule.When) > 0 {
 			e.when = "_when_default"
 			writeWhen(wWhen, e.when, e.rule.When, next)
@@ -97,19 +92,41 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 		}
 	}
 
-	// The verdict (SPEC §4 steps 3-9): for each tool, its steps in order as one
-	// chain, every branch guarded by the tool so that OPA's index skips the
-	// other tools' chains. A step the tool cannot trigger (no cap, no cost, no
+	// The verdict (SPEC §4 steps 3-9) is one chain of branches: for each tool,
+	// its steps in order, every branch guarded by the tool; then the default
+	// rule's steps, unguarded; else the unlisted-tool denial. OPA's index
+	// keeps, of the chain, only the branches whose guard the request's tool
+	// meets (and the unguarded ones), in order, and a listed tool's steps end
+	// in an unconditional allow: so a request evaluates its own tool's steps
+	// and nothing else, and an unlisted one the default rule's or the denial,
+	// without a negation. A step the tool cannot trigger (no cap, no cost, no
 	// constraint, no approval) is not written at all: an allowed request
 	// evaluates only the checks that could have stopped it. Scars and the
 	// terminations they cause are the library's (guard.denial).
-	w("# The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.\n")
-	if n.DefaultRule == nil {
-		w("verdict := guard.denial(\"unlisted_tool\", \"moderate\") if not tools[input.request.tool]\n\n")
-	}
+	var chain []branch
 	for _, e := range rules {
-		writeVerdict(w, e.guard, e.rule, e.when, n.RateLimit, len(denyPkgs) > 0, len(approvalPkgs) > 0)
+		chain = append(chain, toolSteps(e.guard, e.rule, e.when, n.RateLimit, len(denyPkgs) > 0, len(approvalPkgs) > 0)...)
 	}
+	if n.DefaultRule == nil {
+		chain = append(chain, branch{head: `guard.denial("unlisted_tool", "moderate")`})
+	}
+	w("# The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.\n")
+	for i, br := range chain {
+		if i == 0 {
+			w("verdict := %s", br.head)
+		} else {
+			w(" else := %s", br.head)
+		}
+		if len(br.conds) == 0 {
+			break // unconditional: the branches after it could never be reached
+		}
+		w(" if {\n")
+		for _, c := range br.conds {
+			w("\t%s\n", c)
+		}
+		w("}")
+	}
+	w("\n\n")
 	if whens.Len() > 0 {
 		w("# CEL constraints: the first that does not hold denies (SPEC §5).\n")
 		b.WriteString(whens.String())
@@ -133,58 +150,53 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 	return b.String()
 }
 
-// writeVerdict writes one tool's chain of SPEC §4 steps 4-9 (step 3, the
-// rule lookup, is its guard).
-func writeVerdict(w func(string, ...any), guard string, r policy.ToolRule, when string, rate *policy.RateLimit, extDeny, extApproval bool) {
-	type branch struct{ head, cond string }
+// branch is one branch of the verdict chain: its value, if all its conditions hold.
+type branch struct {
+	head  string
+	conds []string
+}
+
+// toolSteps returns one tool's branches: SPEC §4 steps 4-9 (step 3, the rule
+// lookup, is the guard on each; "" for the default rule, which needs none).
+func toolSteps(guard string, r policy.ToolRule, when string, rate *policy.RateLimit, extDeny, extApproval bool) []branch {
 	var bs []branch
+	add := func(head string, conds ...string) {
+		if guard != "" {
+			conds = append([]string{guard}, conds...)
+		}
+		bs = append(bs, branch{head, conds})
+	}
 	if rate != nil {
 		// window_secs in decimal nanoseconds: up to 2^53 s, beyond int64, exact in Rego.
-		bs = append(bs, branch{`guard.denial("rate_limited", "minor")`,
-			fmt.Sprintf("input.rate_kth_age_ns < %d000000000", rate.WindowSecs)})
+		add(`guard.denial("rate_limited", "minor")`, fmt.Sprintf("input.rate_kth_age_ns < %d000000000", rate.WindowSecs))
 	}
 	if r.MaxCalls != nil {
-		bs = append(bs, branch{`guard.denial("max_calls_exceeded", "minor")`,
-			fmt.Sprintf("input.state.tool_calls >= %d", *r.MaxCalls)})
+		add(`guard.denial("max_calls_exceeded", "minor")`, fmt.Sprintf("input.state.tool_calls >= %d", *r.MaxCalls))
 	}
 	if when != "" {
-		bs = append(bs, branch{"guard.denial(d.reason, d.scar)", "d := " + when})
+		add("guard.denial(d.reason, d.scar)", "d := "+when)
 	}
 	if extDeny {
-		bs = append(bs, branch{"guard.denial(d.reason, d.scar)", "d := ext_denial"})
+		add("guard.denial(d.reason, d.scar)", "d := ext_denial")
 	}
 	verdict := func(decision, reason string, cost int64, terminated string) string {
 		return fmt.Sprintf(`{"decision": %q, "reason": %q, "cost": %d, "scar": "none", "weight": 0, "terminated": %s}`,
 			decision, reason, cost, terminated)
 	}
 	if r.Cost > 0 {
-		bs = append(bs, branch{verdict("deny", "insufficient_budget", 0, "null"),
-			fmt.Sprintf("input.state.remaining < %d", r.Cost)})
+		add(verdict("deny", "insufficient_budget", 0, "null"), fmt.Sprintf("input.state.remaining < %d", r.Cost))
 	}
 	switch {
 	case r.RequiresApproval:
-		bs = append(bs, branch{verdict("pending", "approval_required", 0, "null"), `input.mode == "request"`})
+		add(verdict("pending", "approval_required", 0, "null"), `input.mode == "request"`)
 	case extApproval:
-		bs = append(bs, branch{verdict("pending", "approval_required", 0, "null"), "input.mode == \"request\"\n\text_requires_approval"})
+		add(verdict("pending", "approval_required", 0, "null"), `input.mode == "request"`, "ext_requires_approval")
 	}
 	if r.Cost > 0 {
-		bs = append(bs, branch{verdict("allow", "ok", r.Cost, `"budget_exhausted"`),
-			fmt.Sprintf("input.state.remaining == %d", r.Cost)})
+		add(verdict("allow", "ok", r.Cost, `"budget_exhausted"`), fmt.Sprintf("input.state.remaining == %d", r.Cost))
 	}
-	for i, br := range bs {
-		if i == 0 {
-			w("verdict := %s if {\n", br.head)
-		} else {
-			w("} else := %s if {\n", br.head)
-		}
-		w("\t%s\n\t%s\n", guard, br.cond)
-	}
-	final := verdict("allow", "ok", r.Cost, "null")
-	if len(bs) == 0 {
-		w("verdict := %s if %s\n\n", final, guard)
-		return
-	}
-	w("} else := %s if %s\n\n", final, guard)
+	add(verdict("allow", "ok", r.Cost, "null")) // the tool's last step: unconditional but for its guard
+	return bs
 }
 
 func writeWhen(w func(string, ...any), name string, whens []policy.Constraint, next int) int {

@@ -12,8 +12,6 @@ scar_limit := 10
 
 scar_weights := {"minor": 1, "moderate": 3, "severe": 10}
 
-tools := {"pay_invoice", "read_invoice", "send_email"}
-
 # The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
 verdict := guard.denial("max_calls_exceeded", "minor") if {
 	input.request.tool == "pay_invoice"
@@ -27,11 +25,11 @@ verdict := guard.denial("max_calls_exceeded", "minor") if {
 } else := {"decision": "allow", "reason": "ok", "cost": 10, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
 	input.request.tool == "pay_invoice"
 	input.state.remaining == 10
-} else := {"decision": "allow", "reason": "ok", "cost": 10, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "pay_invoice"
-
-verdict := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "read_invoice"
-
-verdict := guard.denial(d.reason, d.scar) if {
+} else := {"decision": "allow", "reason": "ok", "cost": 10, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "pay_invoice"
+} else := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "read_invoice"
+} else := guard.denial(d.reason, d.scar) if {
 	input.request.tool == "send_email"
 	d := _when_2
 } else := {"decision": "deny", "reason": "insufficient_budget", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
@@ -40,18 +38,15 @@ verdict := guard.denial(d.reason, d.scar) if {
 } else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
 	input.request.tool == "send_email"
 	input.state.remaining == 1
-} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "send_email"
-
-verdict := guard.denial(d.reason, d.scar) if {
-	not tools[input.request.tool]
+} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "send_email"
+} else := guard.denial(d.reason, d.scar) if {
 	d := _when_default
 } else := {"decision": "deny", "reason": "insufficient_budget", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
-	not tools[input.request.tool]
 	input.state.remaining < 2
 } else := {"decision": "allow", "reason": "ok", "cost": 2, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
-	not tools[input.request.tool]
 	input.state.remaining == 2
-} else := {"decision": "allow", "reason": "ok", "cost": 2, "scar": "none", "weight": 0, "terminated": null} if not tools[input.request.tool]
+} else := {"decision": "allow", "reason": "ok", "cost": 2, "scar": "none", "weight": 0, "terminated": null}
 
 # CEL constraints: the first that does not hold denies (SPEC §5).
 _when_0 := {"decision": "deny", "reason": "amount_over_limit", "scar": "moderate", "cost": 0} if {

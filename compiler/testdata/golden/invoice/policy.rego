@@ -16,20 +16,16 @@ rate_max_actions := 60
 
 rate_window_ns := 60000000000
 
-tools := {"llm_turn", "pay_invoice", "read_invoice"}
-
 # The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
-verdict := guard.denial("unlisted_tool", "moderate") if not tools[input.request.tool]
-
 verdict := guard.denial("rate_limited", "minor") if {
 	input.request.tool == "llm_turn"
 	input.rate_kth_age_ns < 60000000000
 } else := guard.denial("max_calls_exceeded", "minor") if {
 	input.request.tool == "llm_turn"
 	input.state.tool_calls >= 60
-} else := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "llm_turn"
-
-verdict := guard.denial("rate_limited", "minor") if {
+} else := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "llm_turn"
+} else := guard.denial("rate_limited", "minor") if {
 	input.request.tool == "pay_invoice"
 	input.rate_kth_age_ns < 60000000000
 } else := guard.denial("max_calls_exceeded", "minor") if {
@@ -44,10 +40,12 @@ verdict := guard.denial("rate_limited", "minor") if {
 } else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
 	input.request.tool == "pay_invoice"
 	input.state.remaining == 1
-} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "pay_invoice"
-
-verdict := guard.denial("rate_limited", "minor") if {
+} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "pay_invoice"
+} else := guard.denial("rate_limited", "minor") if {
 	input.request.tool == "read_invoice"
 	input.rate_kth_age_ns < 60000000000
-} else := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "read_invoice"
+} else := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "read_invoice"
+} else := guard.denial("unlisted_tool", "moderate")
 

@@ -12,8 +12,6 @@ scar_limit := 10
 
 scar_weights := {"minor": 1, "moderate": 3, "severe": 10}
 
-tools := set()
-
 # The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
-verdict := guard.denial("unlisted_tool", "moderate") if not tools[input.request.tool]
+verdict := guard.denial("unlisted_tool", "moderate")
 

@@ -12,8 +12,6 @@ scar_limit := 10
 
 scar_weights := {"minor": 1, "moderate": 3, "severe": 10}
 
-tools := {"deploy", "search"}
-
 # The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
 verdict := guard.denial("max_calls_exceeded", "minor") if {
 	input.request.tool == "deploy"
@@ -27,24 +25,21 @@ verdict := guard.denial("max_calls_exceeded", "minor") if {
 } else := {"decision": "allow", "reason": "ok", "cost": 100, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
 	input.request.tool == "deploy"
 	input.state.remaining == 100
-} else := {"decision": "allow", "reason": "ok", "cost": 100, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "deploy"
-
-verdict := {"decision": "deny", "reason": "insufficient_budget", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+} else := {"decision": "allow", "reason": "ok", "cost": 100, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "deploy"
+} else := {"decision": "deny", "reason": "insufficient_budget", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
 	input.request.tool == "search"
 	input.state.remaining < 1
 } else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
 	input.request.tool == "search"
 	input.state.remaining == 1
-} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "search"
-
-verdict := guard.denial("max_calls_exceeded", "minor") if {
-	not tools[input.request.tool]
+} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "search"
+} else := guard.denial("max_calls_exceeded", "minor") if {
 	input.state.tool_calls >= 3
 } else := {"decision": "deny", "reason": "insufficient_budget", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
-	not tools[input.request.tool]
 	input.state.remaining < 5
 } else := {"decision": "allow", "reason": "ok", "cost": 5, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
-	not tools[input.request.tool]
 	input.state.remaining == 5
-} else := {"decision": "allow", "reason": "ok", "cost": 5, "scar": "none", "weight": 0, "terminated": null} if not tools[input.request.tool]
+} else := {"decision": "allow", "reason": "ok", "cost": 5, "scar": "none", "weight": 0, "terminated": null}
 

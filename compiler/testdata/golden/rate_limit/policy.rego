@@ -16,11 +16,7 @@ rate_max_actions := 10
 
 rate_window_ns := 5000000000
 
-tools := {"llm_turn", "tool.v2:search/web-x"}
-
 # The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
-verdict := guard.denial("unlisted_tool", "moderate") if not tools[input.request.tool]
-
 verdict := guard.denial("rate_limited", "minor") if {
 	input.request.tool == "llm_turn"
 	input.rate_kth_age_ns < 5000000000
@@ -30,10 +26,12 @@ verdict := guard.denial("rate_limited", "minor") if {
 } else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
 	input.request.tool == "llm_turn"
 	input.state.remaining == 1
-} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "llm_turn"
-
-verdict := guard.denial("rate_limited", "minor") if {
+} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "llm_turn"
+} else := guard.denial("rate_limited", "minor") if {
 	input.request.tool == "tool.v2:search/web-x"
 	input.rate_kth_age_ns < 5000000000
-} else := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "tool.v2:search/web-x"
+} else := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "tool.v2:search/web-x"
+} else := guard.denial("unlisted_tool", "moderate")
 

@@ -13,11 +13,7 @@ scar_limit := 10
 
 scar_weights := {"minor": 1, "moderate": 3, "severe": 10}
 
-tools := {"transfer"}
-
 # The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
-verdict := guard.denial("unlisted_tool", "moderate") if not tools[input.request.tool]
-
 verdict := guard.denial(d.reason, d.scar) if {
 	input.request.tool == "transfer"
 	d := ext_denial
@@ -31,7 +27,9 @@ verdict := guard.denial(d.reason, d.scar) if {
 } else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
 	input.request.tool == "transfer"
 	input.state.remaining == 1
-} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "transfer"
+} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "transfer"
+} else := guard.denial("unlisted_tool", "moderate")
 
 # Denials of the Rego extensions (SPEC §6): the strongest one denies.
 _ext_denies contains extlib.normalize(d) if {

@@ -13,11 +13,7 @@ scar_limit := 10
 
 scar_weights := {"minor": 1, "moderate": 3, "severe": 10}
 
-tools := {"shout", "wire"}
-
 # The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
-verdict := guard.denial("unlisted_tool", "moderate") if not tools[input.request.tool]
-
 verdict := guard.denial(d.reason, d.scar) if {
 	input.request.tool == "shout"
 	d := ext_denial
@@ -25,9 +21,9 @@ verdict := guard.denial(d.reason, d.scar) if {
 	input.request.tool == "shout"
 	input.mode == "request"
 	ext_requires_approval
-} else := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "shout"
-
-verdict := guard.denial(d.reason, d.scar) if {
+} else := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "shout"
+} else := guard.denial(d.reason, d.scar) if {
 	input.request.tool == "wire"
 	d := ext_denial
 } else := {"decision": "deny", "reason": "insufficient_budget", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
@@ -40,7 +36,9 @@ verdict := guard.denial(d.reason, d.scar) if {
 } else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
 	input.request.tool == "wire"
 	input.state.remaining == 1
-} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "wire"
+} else := {"decision": "allow", "reason": "ok", "cost": 1, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "wire"
+} else := guard.denial("unlisted_tool", "moderate")
 
 # Denials of the Rego extensions (SPEC §6): the strongest one denies.
 _ext_denies contains extlib.normalize(d) if {

@@ -12,13 +12,11 @@ scar_limit := 20
 
 scar_weights := {"minor": 2, "moderate": 5, "severe": 20}
 
-tools := {"browse"}
-
 # The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
-verdict := guard.denial("unlisted_tool", "moderate") if not tools[input.request.tool]
-
 verdict := guard.denial("max_calls_exceeded", "minor") if {
 	input.request.tool == "browse"
 	input.state.tool_calls >= 100
-} else := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if input.request.tool == "browse"
+} else := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
+	input.request.tool == "browse"
+} else := guard.denial("unlisted_tool", "moderate")
 

@@ -136,12 +136,19 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 	// the matched rule in input.rule, which the runtime puts in the input
 	// (Compiled.Rules): a `with` here would copy the input on every request.
 	if len(denyPkgs) > 0 {
+		// Most requests meet no denial: then the extensions' deny rules and a
+		// count are all that is evaluated.
 		w("# Denials of the Rego extensions (SPEC §6): the strongest one denies.\n")
-		for _, p := range denyPkgs {
-			w("_ext_denies contains extlib.normalize(d) if {\n")
-			w("\tsome d in %s.deny\n}\n\n", p)
+		denies := fmt.Sprintf("%s.deny", denyPkgs[0])
+		if len(denyPkgs) > 1 {
+			denies = "_ext_denies"
+			for _, p := range denyPkgs {
+				w("_ext_denies contains d if {\n")
+				w("\tsome d in %s.deny\n}\n\n", p)
+			}
 		}
-		w("ext_denial := extlib.strongest(_ext_denies)\n\n")
+		w("ext_denial := extlib.strongest({extlib.normalize(d) | some d in ds}) if {\n")
+		w("\tds := %s\n\tcount(ds) > 0\n}\n\n", denies)
 	}
 	for _, p := range approvalPkgs {
 		w("ext_requires_approval if {\n")

@@ -32,11 +32,10 @@ verdict := guard.denial(d.reason, d.scar) if {
 } else := guard.denial("unlisted_tool", "moderate")
 
 # Denials of the Rego extensions (SPEC §6): the strongest one denies.
-_ext_denies contains extlib.normalize(d) if {
-	some d in data.lineage.ext.transfers.deny
+ext_denial := extlib.strongest({extlib.normalize(d) | some d in ds}) if {
+	ds := data.lineage.ext.transfers.deny
+	count(ds) > 0
 }
-
-ext_denial := extlib.strongest(_ext_denies)
 
 ext_requires_approval if {
 	count(data.lineage.ext.transfers.require_approval) > 0

@@ -41,15 +41,18 @@ verdict := guard.denial(d.reason, d.scar) if {
 } else := guard.denial("unlisted_tool", "moderate")
 
 # Denials of the Rego extensions (SPEC §6): the strongest one denies.
-_ext_denies contains extlib.normalize(d) if {
+_ext_denies contains d if {
 	some d in data.lineage.ext.quiet.deny
 }
 
-_ext_denies contains extlib.normalize(d) if {
+_ext_denies contains d if {
 	some d in data.lineage.ext.weekday.deny
 }
 
-ext_denial := extlib.strongest(_ext_denies)
+ext_denial := extlib.strongest({extlib.normalize(d) | some d in ds}) if {
+	ds := _ext_denies
+	count(ds) > 0
+}
 
 ext_requires_approval if {
 	count(data.lineage.ext.weekday.require_approval) > 0

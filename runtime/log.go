@@ -58,8 +58,14 @@ func sealRecord(seq uint64, at time.Time, it item, prev string) (lineage.Record,
 	var hash [hashBytes]byte
 	copy(hash[:], "sha256:")
 	hex.Encode(hash[len("sha256:"):], sum[:])
-	line := envelope(make([]byte, 0, len(signed)+len(`,"hash":""`)+hashBytes), seq, t, it.kind, prev, body, string(hash[:]))
+	// The stored line is the unsigned record with the hash member after the
+	// body (RFC 8785 order: at, body, hash, kind, prev, seq).
 	bodyAt := len(`{"at":"`) + len(lineage.TimeLayout) + len(`","body":`)
+	bodyEnd := bodyAt + len(body)
+	line := make([]byte, 0, len(signed)+len(`,"hash":""`)+hashBytes)
+	line = append(line, signed[:bodyEnd]...)
+	line = append(append(append(line, `,"hash":"`...), hash[:]...), '"')
+	line = append(line, signed[bodyEnd:]...)
 	return lineage.Record{Seq: seq, At: t, Kind: it.kind, Prev: prev, Body: line[bodyAt : bodyAt+len(body) : bodyAt+len(body)],
 		Hash: string(hash[:])}, line, nil
 }

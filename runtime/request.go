@@ -91,7 +91,7 @@ func checkRequest(req lineage.Request) (*checkedRequest, error) {
 		return &checkedRequest{id: req.ID, tool: req.Tool, canonArgs: emptyObject, argsValue: ast.NewObject()}, nil
 	}
 	args := req.Args
-	if err := checkValue(args, "/args", 1); err != nil {
+	if err := checkValue(args); err != nil {
 		return nil, err
 	}
 	canon, err := canonicalArgs(args)
@@ -273,73 +273,105 @@ func plainInteger(s string) bool {
 // checkValue walks args: only JSON values, valid UTF-8, at most MaxArgsDepth
 // nested objects and arrays (args itself is the first), and numbers that
 // canonical JSON keeps exactly (finite, integers within ±2^53).
-func checkValue(v any, at string, depth int) error {
+func checkValue(args map[string]any) error {
+	if bad := checkJSON(args, 1); bad != nil {
+		at := "/args"
+		for i := len(bad.path) - 1; i >= 0; i-- {
+			at += "/" + escapePointer(bad.path[i])
+		}
+		return bad.err(at)
+	}
+	return nil
+}
+
+// badValue is what checkJSON found wrong, and where: the path from the bad
+// value up to args (reversed), built only on the way out of a failure.
+type badValue struct {
+	path []string
+	err  func(at string) error
+}
+
+func bad(format string, a ...any) *badValue {
+	return &badValue{err: func(at string) error { return badRequest(format, append(a, at)...) }}
+}
+
+func checkJSON(v any, depth int) *badValue {
 	switch x := v.(type) {
 	case nil, bool:
 	case string:
 		if !utf8.ValidString(x) {
-			return badRequest("invalid UTF-8 in the string at %s", at)
+			return bad("invalid UTF-8 in the string at %s")
 		}
 	case json.Number:
-		return checkNumber(string(x), at)
+		return checkNumber(string(x))
 	case float64:
 		if math.IsNaN(x) || math.IsInf(x, 0) || math.Abs(x) > 1<<53 {
-			return badRequest("number %v at %s is not exactly representable in JSON", x, at)
+			return &badValue{err: func(at string) error {
+				return badRequest("number %v at %s is not exactly representable in JSON", x, at)
+			}}
 		}
 	case float32:
-		return checkValue(float64(x), at, depth)
+		return checkJSON(float64(x), depth)
 	case int, int8, int16, int32, uint8, uint16, uint32:
 	case int64:
 		if x > 1<<53 || x < -(1<<53) {
-			return badRequest("number %d at %s exceeds 2^53; send it as a string", x, at)
+			return &badValue{err: func(at string) error {
+				return badRequest("number %d at %s exceeds 2^53; send it as a string", x, at)
+			}}
 		}
 	case uint, uint64:
 		if toUint(x) > 1<<53 {
-			return badRequest("number %v at %s exceeds 2^53; send it as a string", x, at)
+			return &badValue{err: func(at string) error {
+				return badRequest("number %v at %s exceeds 2^53; send it as a string", x, at)
+			}}
 		}
 	case map[string]any:
 		if depth > MaxArgsDepth {
-			return badRequest("args nest deeper than %d levels at %s", MaxArgsDepth, at)
+			return bad("args nest deeper than %d levels at %s", MaxArgsDepth)
 		}
 		for k, e := range x {
 			if !utf8.ValidString(k) {
-				return badRequest("invalid UTF-8 in a key at %s", at)
+				return bad("invalid UTF-8 in a key at %s")
 			}
-			if err := checkValue(e, at+"/"+escapePointer(k), depth+1); err != nil {
-				return err
+			if b := checkJSON(e, depth+1); b != nil {
+				b.path = append(b.path, k)
+				return b
 			}
 		}
 	case []any:
 		if depth > MaxArgsDepth {
-			return badRequest("args nest deeper than %d levels at %s", MaxArgsDepth, at)
+			return bad("args nest deeper than %d levels at %s", MaxArgsDepth)
 		}
 		for i, e := range x {
-			if err := checkValue(e, at+"/"+strconv.Itoa(i), depth+1); err != nil {
-				return err
+			if b := checkJSON(e, depth+1); b != nil {
+				b.path = append(b.path, strconv.Itoa(i))
+				return b
 			}
 		}
 	default:
-		return badRequest("value of type %T at %s is not JSON", v, at)
+		return &badValue{err: func(at string) error {
+			return badRequest("value of type %T at %s is not JSON", v, at)
+		}}
 	}
 	return nil
 }
 
 // checkNumber accepts a JSON number that canonical JSON (an IEEE double in
 // shortest form) keeps exactly: integers only within ±2^53, anything finite else.
-func checkNumber(s, at string) error {
+func checkNumber(s string) *badValue {
 	if !strings.ContainsAny(s, ".eE") {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n > 1<<53 || n < -(1<<53) {
-			return badRequest("number %s at %s exceeds 2^53 and cannot be kept exactly; send it as a string", s, at)
+			return bad("number %s at %s exceeds 2^53 and cannot be kept exactly; send it as a string", s)
 		}
 		return nil
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || math.IsInf(f, 0) {
-		return badRequest("bad number %q at %s", s, at)
+		return bad("bad number %q at %s", s)
 	}
 	if math.Abs(f) >= 1<<53 {
-		return badRequest("number %s at %s exceeds 2^53 and cannot be kept exactly; send it as a string", s, at)
+		return bad("number %s at %s exceeds 2^53 and cannot be kept exactly; send it as a string", s)
 	}
 	return nil
 }

@@ -549,3 +549,26 @@ func TestParent(t *testing.T) {
 		t.Errorf("agents %v became %v", before, after)
 	}
 }
+
+// TestBadArgsSayWhere: a bad value in args is named by its JSON pointer.
+func TestBadArgsSayWhere(t *testing.T) {
+	rt := runtime.Open(newMem(), opts("where"))
+	agent := mustCreate(t, rt, mustCompileYAML(t, reqPolicy), runtime.CreateOptions{})
+	for _, tc := range []struct {
+		args map[string]any
+		want string
+	}{
+		{map[string]any{"s": "a\xffb"}, "invalid UTF-8 in the string at /args/s"},
+		{map[string]any{"a/b": map[string]any{"c~d": []any{"ok", json.Number("1e400")}}}, `bad number "1e400" at /args/a~1b/c~0d/1`},
+		{map[string]any{"n": []any{1, int64(1<<53 + 1)}}, "number 9007199254740993 at /args/n/1 exceeds 2^53; send it as a string"},
+		{map[string]any{"f": 1.5, "g": math.NaN()}, "number NaN at /args/g is not exactly representable in JSON"},
+		{map[string]any{"x": []any{map[string]any{"k\xfe": 1}}}, "invalid UTF-8 in a key at /args/x/0"},
+		{map[string]any{"fn": func() {}}, "value of type func() at /args/fn is not JSON"},
+		{nest(40, 1), "args nest deeper than 32 levels at /args/a/a/a/0/a/a/0/a/a/0/a/a/0/a/a/0/a/a/0/a/a/0/a/a/0/a/a/0/a/a/0/a"},
+	} {
+		_, err := rt.Request(bg, agent, lineage.Request{Tool: "pay", Args: tc.args})
+		if !errors.Is(err, lineage.ErrBadRequest) || err.Error() != "bad_request: "+tc.want {
+			t.Errorf("args %v: error %v; want bad_request saying %q", tc.args, err, tc.want)
+		}
+	}
+}

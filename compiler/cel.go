@@ -52,30 +52,38 @@ type celConstraint struct {
 	prg     cel.Program
 }
 
-// compileCEL parses and type-checks an expression. A syntax error, an unknown
-// variable or a non-bool result is a diagnostic at ptr.
+// compileCEL parses and type-checks an expression, and names the variables
+// it reads. A syntax error, an unknown variable or a non-bool result is a
+// diagnostic at ptr.
 // pos is where the expression's text starts in the file; blockCol, for a YAML
 // block scalar, the column its lines start at.
-func compileCEL(env *cel.Env, expr, ptr string, pos diag.Position, blockCol int) (cel.Program, diag.List) {
+func compileCEL(env *cel.Env, expr, ptr string, pos diag.Position, blockCol int) (cel.Program, map[string]bool, diag.List) {
 	parsed, iss := env.Parse(expr)
 	if iss.Err() != nil {
-		return nil, celIssues(diag.CodeCELSyntax, iss, ptr, pos, blockCol)
+		return nil, nil, celIssues(diag.CodeCELSyntax, iss, ptr, pos, blockCol)
 	}
 	checked, iss := env.Check(parsed)
 	if iss.Err() != nil {
-		return nil, celIssues(diag.CodeCELType, iss, ptr, pos, blockCol)
+		return nil, nil, celIssues(diag.CodeCELType, iss, ptr, pos, blockCol)
 	}
 	// dyn is accepted: `args.approved` may well be a bool; at run time anything
 	// that is not exactly true violates the constraint.
 	if t := checked.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
-		return nil, diag.List{{Code: diag.CodeCELType, Pointer: ptr, Position: pos,
+		return nil, nil, diag.List{{Code: diag.CodeCELType, Pointer: ptr, Position: pos,
 			Message: fmt.Sprintf("CEL expression must be of type bool, not %s", t)}}
 	}
 	prg, err := env.Program(checked, cel.EvalOptions(cel.OptOptimize), cel.CostLimit(celCostLimit))
 	if err != nil {
-		return nil, diag.List{{Code: diag.CodeCELType, Pointer: ptr, Position: pos, Message: err.Error()}}
+		return nil, nil, diag.List{{Code: diag.CodeCELType, Pointer: ptr, Position: pos, Message: err.Error()}}
 	}
-	return prg, nil
+	// The variables the checker resolved: what the runtime must put in the input.
+	vars := map[string]bool{}
+	for _, ref := range checked.NativeRep().ReferenceMap() {
+		if len(ref.OverloadIDs) == 0 && ref.Name != "" {
+			vars[ref.Name] = true
+		}
+	}
+	return prg, vars, nil
 }
 
 func celIssues(code string, iss *cel.Issues, ptr string, pos diag.Position, blockCol int) diag.List {

@@ -321,3 +321,25 @@ func TestCELMalformedInput(t *testing.T) {
 		})
 	}
 }
+
+// TestInputReads: the compiler tells the runtime which parts of the input the
+// policy's rules read, and no less: a CEL constraint that names state (even
+// inside a macro) gets the whole state; an extension gets everything.
+func TestInputReads(t *testing.T) {
+	ext := "rego:\n  - source: |\n      package lineage.ext.x\n      deny contains {\"reason\": \"no\"} if input.request.id == \"x\"\n"
+	for _, tc := range []struct {
+		name, src string
+		want      policy.InputReads
+	}{
+		{"no CEL", "budget: 10\ntools: {t: {cost: 1}}\n", policy.InputReads{}},
+		{"CEL on args", "budget: 10\ntools: {t: {cost: 1, when: [{expr: 'args.n < 3', reason: big}]}}\n", policy.InputReads{Args: true}},
+		{"CEL on tool and now", "budget: 10\ntools: {t: {cost: 1, when: [{expr: \"tool == 't' && now > timestamp('2020-01-01T00:00:00Z')\", reason: old}]}}\n", policy.InputReads{Args: true}},
+		{"CEL on state", "budget: 10\ntools: {t: {cost: 1, when: [{expr: 'args.n < 3', reason: big}, {expr: \"state.calls.exists(k, k == 't')\", reason: again}]}}\n", policy.InputReads{Args: true, State: true}},
+		{"CEL in the default rule on state", "budget: 10\ntools: {}\ndefault_rule: {cost: 1, when: [{expr: 'state.spent < 5', reason: spent}]}\n", policy.InputReads{Args: true, State: true}},
+		{"extension", "budget: 10\ntools: {t: {cost: 1}}\n" + ext, policy.InputReads{All: true}},
+	} {
+		if got := mustCompile(t, tc.name, tc.src).Reads; got != tc.want {
+			t.Errorf("%s: Reads = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}

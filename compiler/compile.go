@@ -95,7 +95,7 @@ func CompileDocument(doc *source.Document, dir string) (*policy.Compiled, error)
 	}
 
 	n := normalize(p)
-	progs, celDiags := compileConstraints(n, doc)
+	progs, celReadsState, celDiags := compileConstraints(n, doc)
 	diags = append(diags, celDiags...)
 	if len(diags) > 0 {
 		// Report every problem: if every extension parsed into its package, OPA
@@ -136,6 +136,7 @@ func CompileDocument(doc *source.Document, dir string) (*policy.Compiled, error)
 			c.DefaultRule = ruleInput(*n.DefaultRule)
 		}
 	}
+	c.Reads = policy.InputReads{Args: len(progs) > 0, State: celReadsState, All: len(exts) > 0}
 	if len(progs) > 0 {
 		c.Options = []func(*rego.Rego){celOption(progs)}
 	}
@@ -194,8 +195,9 @@ func readExtension(path string) ([]byte, error) {
 }
 
 // compileConstraints type-checks every `when` expression, in the order the
-// generated Rego numbers them: tools by name, then the default rule.
-func compileConstraints(n policy.Policy, doc *source.Document) ([]cel.Program, diag.List) {
+// generated Rego numbers them: tools by name, then the default rule; and
+// reports whether any of them reads the state variable.
+func compileConstraints(n policy.Policy, doc *source.Document) (progs []cel.Program, readsState bool, diags diag.List) {
 	type rule struct {
 		ptr  []string
 		rule policy.ToolRule
@@ -212,27 +214,24 @@ func compileConstraints(n policy.Policy, doc *source.Document) ([]cel.Program, d
 	if n.DefaultRule != nil {
 		rules = append(rules, rule{[]string{"default_rule"}, *n.DefaultRule})
 	}
-	var (
-		progs []cel.Program
-		diags diag.List
-		env   *cel.Env
-	)
+	var env *cel.Env
 	for _, r := range rules {
 		for i, c := range r.rule.When {
 			if env == nil {
 				var err error
 				if env, err = celEnv(); err != nil {
-					return nil, diag.List{{Code: diag.CodeCELType, Message: "internal: " + err.Error()}}
+					return nil, false, diag.List{{Code: diag.CodeCELType, Message: "internal: " + err.Error()}}
 				}
 			}
 			ptr := diag.Pointer(append(r.ptr, "when", fmt.Sprint(i), "expr")...)
 			text, blockCol := doc.TextPos(ptr)
-			prg, ds := compileCEL(env, c.Expr, ptr, text, blockCol)
+			prg, vars, ds := compileCEL(env, c.Expr, ptr, text, blockCol)
 			diags = append(diags, ds...)
 			progs = append(progs, prg)
+			readsState = readsState || vars["state"]
 		}
 	}
-	return progs, diags
+	return progs, readsState, diags
 }
 
 // checkModules compiles all modules together with OPA, as the runtime will, so

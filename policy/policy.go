@@ -102,4 +102,20 @@ type Compiled struct {
 	// policy has no extensions.
 	Rules       map[string]json.RawMessage
 	DefaultRule json.RawMessage
+	// Reads says which parts of the input, beyond what every verdict reads,
+	// the policy's rules read (rego/guard.rego lists the input): whoever
+	// builds the input may leave out the rest.
+	Reads InputReads
+}
+
+// InputReads names the parts of the query input that only some policies read.
+type InputReads struct {
+	// Args: request.args and request.at_ns (CEL constraints read them).
+	Args bool
+	// State: state.budget, state.spent and state.calls (a CEL constraint
+	// reads state).
+	State bool
+	// All: the whole input of SPEC §5-§6, request.id and request.at and
+	// input.rule included (Rego extensions may read any of it).
+	All bool
 }

@@ -1,24 +1,26 @@
 # The base library: what every policy's decisions share. The compiler writes
-# each policy's verdict (SPEC §4 steps 3-9, one chain of steps per tool, in
-# package lineage.policy); this package holds what those chains call:
+# each policy's verdict (SPEC §4 steps 3-9: one chain of branches, each tool's
+# steps guarded by the tool, in package lineage.policy); this package holds
+# what the chain calls:
 #
 #   denial(reason, scar)  a denial with its scar, and the termination the scar
 #                         causes when the score reaches the limit (§4);
 #   rejection             a person's no to a pending request (§7).
 #
-# The input the runtime builds, for a policy with CEL constraints or extensions
-# (which see it whole, SPEC §5-§6):
+# The input the runtime builds, whole for a policy with Rego extensions
+# (which may read any of it, SPEC §6):
 #
 #   input.mode             "request" | "approve"
 #   input.request          {id, tool, args, at (RFC 3339), at_ns}
 #   input.state            {budget, spent, remaining, scar_score, calls, tool_calls}
 #   input.rate_kth_age_ns  (only once there have been max_actions allowed actions)
-#   input.rule             the matched tool rule, every field present (policies
-#                          with extensions only; Compiled.Rules)
+#   input.rule             the matched tool rule, every field present
+#                          (Compiled.Rules)
 #
-# For any other policy only the generated verdict reads it, and it carries what
-# that reads: mode, request.tool, state.{remaining, scar_score, tool_calls} and
-# rate_kth_age_ns.
+# Other policies get what their rules read (Compiled.Reads): the generated
+# verdict reads mode, request.tool, state.{remaining, scar_score, tool_calls}
+# and rate_kth_age_ns; CEL constraints add request.{args, at_ns}, and the
+# rest of state if one of them reads state.
 #
 # tool_calls is calls[tool] (0 if absent). rate_kth_age_ns is how long ago (t
 # minus its time) the max_actions-th most recent allowed action was: "at least k

@@ -24,10 +24,9 @@ type engine struct {
 	// a goroutine per evaluation to watch the context.
 	cancel  topdown.Cancel
 	metrics metrics.Metrics
-	// fullState: the policy has CEL constraints or extensions, which see the
-	// whole input of SPEC §5-§6. Without them only the generated verdict reads
-	// the input, and the input carries only what it reads.
-	fullState bool
+	// reads: the parts of the input beyond the verdict's own that the
+	// policy's CEL constraints and extensions read; only those are built.
+	reads policy.InputReads
 	// rules and defaultRule are input.rule for each tool (policies with
 	// extensions only): parsed once, shared by every input.
 	rules       map[string]*ast.Term
@@ -69,7 +68,7 @@ func newEngine(ctx context.Context, c *policy.Compiled) (*engine, error) {
 		return nil, err
 	}
 	e := &engine{compiled: c, query: pq, reject: reject, cancel: topdown.NewCancel(), metrics: metrics.NoOp(),
-		fullState: len(c.Options) > 0 || len(c.Policy.Rego) > 0, tools: make(map[string]*ast.Term, len(c.Policy.Tools)), requests: make(map[string]*ast.Term, len(c.Policy.Tools))}
+		reads: c.Reads, tools: make(map[string]*ast.Term, len(c.Policy.Tools)), requests: make(map[string]*ast.Term, len(c.Policy.Tools))}
 	for name := range c.Policy.Tools {
 		e.tools[name] = ast.StringTerm(name)
 		e.requests[name] = ast.NewTerm(ast.NewObject(ast.Item(kTool, e.tools[name])))
@@ -152,48 +151,58 @@ func (e *engine) input(m mode, id, tool string, cr *checkedRequest, at time.Time
 		top = append(top, ast.Item(kRateKth, ast.IntNumberTerm(int(at.UnixNano()-kth))))
 	}
 	toolTerm := e.toolTerm(tool)
-	if !e.fullState {
-		// Without CEL or extensions only the generated verdict reads the input,
-		// and it reads just these: the rest is not built.
-		request, ok := e.requests[tool]
-		if !ok {
-			request = ast.NewTerm(ast.NewObject(ast.Item(kTool, toolTerm)))
+	var request *ast.Term
+	switch {
+	case e.reads.All:
+		args, err := cr.value()
+		if err != nil {
+			return nil, err
 		}
-		top = append(top,
-			ast.Item(kRequest, request),
-			ast.Item(kState, ast.NewTerm(ast.NewObject(
-				ast.Item(kRemaining, ast.IntNumberTerm(int(f.budget-f.spent))),
-				ast.Item(kScarScore, ast.IntNumberTerm(int(f.scarScore))),
-				ast.Item(kToolCalls, ast.IntNumberTerm(int(f.calls[tool]))),
-			))))
-		return ast.NewObject(top...), nil
-	}
-	args, err := cr.value()
-	if err != nil {
-		return nil, err
-	}
-	calls := make([][2]*ast.Term, 0, len(f.calls))
-	for name, n := range f.calls {
-		calls = append(calls, ast.Item(e.toolTerm(name), ast.IntNumberTerm(int(n))))
-	}
-	top = append(top,
-		ast.Item(kRequest, ast.NewTerm(ast.NewObject(
+		request = ast.NewTerm(ast.NewObject(
 			ast.Item(kID, ast.StringTerm(id)),
 			ast.Item(kTool, toolTerm),
 			ast.Item(kArgs, ast.NewTerm(args)),
 			ast.Item(kAt, ast.StringTerm(at.UTC().Format(time.RFC3339Nano))),
 			ast.Item(kAtNs, ast.IntNumberTerm(int(at.UnixNano()))),
-		))),
-		ast.Item(kState, ast.NewTerm(ast.NewObject(
+		))
+	case e.reads.Args:
+		args, err := cr.value()
+		if err != nil {
+			return nil, err
+		}
+		request = ast.NewTerm(ast.NewObject(
+			ast.Item(kTool, toolTerm),
+			ast.Item(kArgs, ast.NewTerm(args)),
+			ast.Item(kAtNs, ast.IntNumberTerm(int(at.UnixNano()))),
+		))
+	default:
+		var ok bool
+		if request, ok = e.requests[tool]; !ok {
+			request = ast.NewTerm(ast.NewObject(ast.Item(kTool, toolTerm)))
+		}
+	}
+	var stateMembers [6][2]*ast.Term
+	state := append(stateMembers[:0],
+		ast.Item(kRemaining, ast.IntNumberTerm(int(f.budget-f.spent))),
+		ast.Item(kScarScore, ast.IntNumberTerm(int(f.scarScore))),
+		ast.Item(kToolCalls, ast.IntNumberTerm(int(f.calls[tool]))),
+	)
+	if e.reads.All || e.reads.State {
+		calls := make([][2]*ast.Term, 0, len(f.calls))
+		for name, n := range f.calls {
+			calls = append(calls, ast.Item(e.toolTerm(name), ast.IntNumberTerm(int(n))))
+		}
+		state = append(state,
 			ast.Item(kBudget, ast.IntNumberTerm(int(f.budget))),
 			ast.Item(kSpent, ast.IntNumberTerm(int(f.spent))),
-			ast.Item(kRemaining, ast.IntNumberTerm(int(f.budget-f.spent))),
-			ast.Item(kScarScore, ast.IntNumberTerm(int(f.scarScore))),
 			ast.Item(kCalls, ast.NewTerm(ast.NewObject(calls...))),
-			ast.Item(kToolCalls, ast.IntNumberTerm(int(f.calls[tool]))),
-		))))
-	if r := e.rule(tool); r != nil {
-		top = append(top, ast.Item(kRule, r))
+		)
+	}
+	top = append(top, ast.Item(kRequest, request), ast.Item(kState, ast.NewTerm(ast.NewObject(state...))))
+	if e.reads.All {
+		if r := e.rule(tool); r != nil {
+			top = append(top, ast.Item(kRule, r))
+		}
 	}
 	return ast.NewObject(top...), nil
 }

@@ -7,6 +7,9 @@ import (
 	gojson "github.com/goccy/go-json"
 
 	"fmt"
+	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lineage-guard/lineage"
@@ -28,7 +31,12 @@ type folded struct {
 	scars       [3]int64 // minor, moderate, severe
 	calls       map[string]int64
 	pending     map[string]lineage.RecordedRequest
-	seen        map[string]seenRequest // values, not pointers: long logs hold millions, and the GC traces fewer objects
+	// seen holds the requests with ids callers gave, auto those with ids the
+	// runtime assigned (req_<seq>, D17) in seq order: most requests have one,
+	// and an append costs no hashing and no map growth however long the log.
+	// Values, not pointers: long logs hold millions, and the GC traces fewer objects.
+	seen map[string]seenRequest
+	auto []autoSeen
 	// owed is the termination a verdict announced whose termination record is
 	// not in the log (a crash between the two writes of one append): opening
 	// the agent appends it.
@@ -46,6 +54,58 @@ type folded struct {
 type seenRequest struct {
 	fingerprint [32]byte
 	verdict     lineage.Verdict
+}
+
+// autoSeen is a request whose id the runtime assigned: req_<seq>.
+type autoSeen struct {
+	seq uint64
+	seenRequest
+}
+
+// assignedSeq returns n if id is req_<n> as the runtime writes it (D17).
+func assignedSeq(id string) (uint64, bool) {
+	digits, ok := strings.CutPrefix(id, "req_")
+	if !ok || digits == "" || (digits[0] == '0' && len(digits) > 1) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(digits, 10, 64)
+	return n, err == nil
+}
+
+// lookup finds the request with this id, and where it is kept.
+func (f *folded) lookup(id string) (s *seenRequest, ok bool) {
+	if seq, isAuto := assignedSeq(id); isAuto {
+		i := sort.Search(len(f.auto), func(i int) bool { return f.auto[i].seq >= seq })
+		if i < len(f.auto) && f.auto[i].seq == seq {
+			return &f.auto[i].seenRequest, true
+		}
+	}
+	if v, ok := f.seen[id]; ok {
+		return &v, true // a copy: setVerdict writes map entries back
+	}
+	return nil, false
+}
+
+// remember records a request's fingerprint and verdict, in the slice if the
+// runtime assigned its id in this very record, else in the map.
+func (f *folded) remember(id string, recSeq uint64, s seenRequest) {
+	if seq, isAuto := assignedSeq(id); isAuto && seq == recSeq && (len(f.auto) == 0 || f.auto[len(f.auto)-1].seq < seq) {
+		f.auto = append(f.auto, autoSeen{seq, s})
+		return
+	}
+	f.seen[id] = s
+}
+
+// setVerdict changes the current verdict of a request (an approval's).
+func (f *folded) setVerdict(id string, v lineage.Verdict) {
+	s, ok := f.lookup(id)
+	if !ok {
+		return
+	}
+	s.verdict = v
+	if _, inMap := f.seen[id]; inMap {
+		f.seen[id] = *s
+	}
 }
 
 func newFolded() *folded {
@@ -97,7 +157,7 @@ func (f *folded) fold(rec lineage.Record, body any, canonArgs []byte) error {
 		}
 	case *lineage.ActionBody:
 		v := b.Verdict
-		f.seen[b.Request.ID] = seenRequest{fingerprint: fingerprint(b.Request.Tool, canonArgs), verdict: v}
+		f.remember(b.Request.ID, rec.Seq, seenRequest{fingerprint: fingerprint(b.Request.Tool, canonArgs), verdict: v})
 		f.owed = v.Terminated
 		switch v.Decision {
 		case lineage.Allow:
@@ -116,10 +176,7 @@ func (f *folded) fold(rec lineage.Record, body any, canonArgs []byte) error {
 			return fmt.Errorf("approval of %q, which is not pending", b.RequestID)
 		}
 		delete(f.pending, b.RequestID)
-		if s, ok := f.seen[b.RequestID]; ok {
-			s.verdict = b.Verdict
-			f.seen[b.RequestID] = s
-		}
+		f.setVerdict(b.RequestID, b.Verdict)
 		if b.Verdict.Decision == lineage.Allow {
 			f.allowed(req.Tool, b.Verdict.Cost, rec.At.Time)
 		}

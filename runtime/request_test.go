@@ -572,3 +572,43 @@ func TestBadArgsSayWhere(t *testing.T) {
 		}
 	}
 }
+
+// TestAssignedIDRetryAfterApproval: a pending request without an id gets
+// req_<seq>; once approved, a retry by that id returns the approval's
+// verdict, before and after the log is replayed; args on it conflict.
+func TestAssignedIDRetryAfterApproval(t *testing.T) {
+	st := newMem()
+	rt := runtime.Open(st, opts("assigned"))
+	agent := mustCreate(t, rt, mustCompileYAML(t, reqPolicy), runtime.CreateOptions{})
+	mustRequest(t, rt, agent, lineage.Request{Tool: "pay", At: sec(1)}) // req_2
+	pending := mustRequest(t, rt, agent, lineage.Request{Tool: "wire", At: sec(2)})
+	if pending.Decision != lineage.Pending || pending.RequestID != "req_3" {
+		t.Fatalf("wire: %+v, want pending req_3", pending)
+	}
+	mustRequest(t, rt, agent, lineage.Request{ID: "caller-1", Tool: "pay", At: sec(3)})
+	approved, err := rt.Approve(bg, agent, runtime.Approval{RequestID: "req_3", By: "alice", At: sec(4)})
+	if err != nil || approved.Decision != lineage.Allow {
+		t.Fatalf("approve: %+v, %v", approved, err)
+	}
+	for _, r := range []*runtime.Runtime{rt, runtime.Open(st, opts("assigned-replay"))} {
+		for id, want := range map[string]lineage.Verdict{"req_3": approved, "req_2": {}} {
+			tool := map[string]string{"req_3": "wire", "req_2": "pay"}[id]
+			got, err := r.Request(bg, agent, lineage.Request{ID: id, Tool: tool, At: sec(5)})
+			if err != nil {
+				t.Fatalf("retry %s: %v", id, err)
+			}
+			if want.Decision != "" && !reflect.DeepEqual(got, want) {
+				t.Errorf("retry %s: %+v, want the approval's %+v", id, got, want)
+			}
+			if id == "req_2" && (got.Decision != lineage.Allow || got.Seq != 2) {
+				t.Errorf("retry req_2: %+v, want the allow at seq 2", got)
+			}
+		}
+		if _, err := r.Request(bg, agent, lineage.Request{ID: "req_3", Tool: "wire", Args: map[string]any{"x": 1}, At: sec(5)}); !errors.Is(err, lineage.ErrIDConflict) {
+			t.Errorf("req_3 with args: %v, want id_conflict", err)
+		}
+		if _, err := r.Request(bg, agent, lineage.Request{ID: "req_4", Tool: "pay", At: sec(5)}); !errors.Is(err, lineage.ErrBadRequest) {
+			t.Errorf("req_4 names the caller's request: %v, want bad_request", err)
+		}
+	}
+}

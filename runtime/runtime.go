@@ -332,7 +332,7 @@ func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Reque
 	}
 	// Step 1: a retry returns the current verdict and records nothing.
 	if cr.id != "" {
-		if seen, ok := a.f.seen[cr.id]; ok {
+		if seen, ok := a.f.lookup(cr.id); ok {
 			if seen.fingerprint != fingerprint(cr.tool, cr.canonArgs) {
 				return lineage.Verdict{}, fmt.Errorf("%w: request id %q was used before with another tool or other args", lineage.ErrIDConflict, cr.id)
 			}

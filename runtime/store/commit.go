@@ -2,6 +2,8 @@ package store
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +16,10 @@ type commitReq struct {
 	full bool  // fsync rather than fdatasync (a new file: its inode)
 	dir  bool  // the directory entry must be durable too (Create)
 	err  error // the outcome, set before the batch's done is closed
+	// firstSeq and lines are the append's records as written to the log,
+	// for the journal (SyncJournal).
+	firstSeq uint64
+	lines    []byte
 }
 
 // committer is the group commit. Appenders write their bytes themselves (in
@@ -35,15 +41,25 @@ type committer struct {
 
 	batches, reqs atomic.Int64 // average batch = reqs/batches (CommitStats)
 	syncTimes     syncHistogram
+
+	// The journal (SyncJournal), used by the run goroutine only.
+	journal     *os.File
+	jsize       int64 // bytes of acknowledged entries
+	jbuf        []byte
+	checkpoint  int64 // journal bytes that trigger a checkpoint
+	jerr        error // sticky: the journal could not be cut back after a failure
+	checkpoints atomic.Int64
 }
 
-func newCommitter(s *File, mode SyncMode) *committer {
+func newCommitter(s *File, mode SyncMode, journal *os.File, checkpoint int64) *committer {
 	c := &committer{
-		s:      s,
-		done:   make(chan struct{}),
-		kick:   make(chan struct{}, 1),
-		stop:   make(chan struct{}),
-		exited: make(chan struct{}),
+		s:          s,
+		done:       make(chan struct{}),
+		kick:       make(chan struct{}, 1),
+		stop:       make(chan struct{}),
+		exited:     make(chan struct{}),
+		journal:    journal,
+		checkpoint: checkpoint,
 	}
 	c.mode.Store(int32(mode))
 	go c.run()
@@ -65,10 +81,20 @@ func (c *committer) commit(l *fileLog) error {
 	return l.req.err
 }
 
-// close stops the committer; the caller guarantees nothing is queued or will be.
-func (c *committer) close() {
+// close stops the committer; the caller guarantees nothing is queued or will
+// be. With a journal it checkpoints (the logs are synced, the journal emptied)
+// and closes it.
+func (c *committer) close() error {
 	close(c.stop)
 	<-c.exited
+	if c.journal == nil {
+		return nil
+	}
+	var err error
+	if c.jsize > 0 && c.jerr == nil {
+		err = c.checkpointNow()
+	}
+	return errors.Join(err, c.journal.Close())
 }
 
 func (c *committer) run() {
@@ -97,10 +123,20 @@ func (c *committer) run() {
 		close(done)
 		clear(batch)
 		spare = batch
+		if c.journal != nil && c.jsize >= c.checkpoint && c.jerr == nil {
+			// A failed checkpoint leaves the journal as it is (it still holds
+			// every record the logs may lack); the next batch tries again.
+			_ = c.checkpointNow()
+		}
 	}
 }
 
 func (c *committer) syncBatch(batch []*fileLog) {
+	if c.journal != nil {
+		c.syncJournal(batch)
+		c.hook(batch)
+		return
+	}
 	if SyncMode(c.mode.Load()) == SyncFS {
 		err := syncfs(c.s.dirF)
 		if err == nil {
@@ -170,6 +206,79 @@ func (c *committer) syncFiles(batch []*fileLog) {
 			}
 		}
 	}
+}
+
+// syncJournal writes the batch's records to the journal in one write and
+// makes them durable with one fdatasync; a batch with a Create in it takes a
+// syncfs instead, which makes the new names durable too. On failure the
+// batch's entries are cut off the journal again, so that no replay brings
+// back records whose append failed.
+func (c *committer) syncJournal(batch []*fileLog) {
+	fail := func(err error) {
+		for _, l := range batch {
+			l.req.err = err
+		}
+	}
+	if c.jerr != nil {
+		fail(c.jerr)
+		return
+	}
+	full := false
+	buf := c.jbuf[:0]
+	for _, l := range batch {
+		full = full || l.req.dir || l.req.full
+		if len(l.req.lines) > 0 {
+			buf = appendEntry(buf, l.agent, l.req.firstSeq, l.req.lines)
+		}
+	}
+	if cap(buf) <= 4<<20 {
+		c.jbuf = buf[:0]
+	}
+	var err error
+	if len(buf) > 0 {
+		_, err = c.journal.WriteAt(buf, c.jsize)
+		if h := c.s.opts.hooks; err == nil && h != nil && h.journal != nil {
+			err = h.journal(buf)
+		}
+	}
+	if err == nil {
+		if full {
+			err = syncfs(c.s.dirF)
+		} else if len(buf) > 0 {
+			err = fdatasync(c.journal)
+		}
+	}
+	if err != nil {
+		if terr := c.journal.Truncate(c.jsize); terr != nil {
+			c.jerr = fmt.Errorf("%w: journal: cutting off a failed batch: %v", ErrBroken, terr)
+		} else if serr := fdatasync(c.journal); serr != nil {
+			c.jerr = fmt.Errorf("%w: journal: cutting off a failed batch: %v", ErrBroken, serr)
+		}
+		fail(fmt.Errorf("journal: %w", err))
+		return
+	}
+	c.jsize += int64(len(buf))
+	for _, l := range batch {
+		l.req.err = nil
+	}
+}
+
+// checkpointNow makes every log durable (one syncfs) and empties the journal.
+func (c *committer) checkpointNow() error {
+	if err := syncfs(c.s.dirF); err != nil {
+		return fmt.Errorf("store: checkpoint: %w", err)
+	}
+	if err := c.journal.Truncate(0); err != nil {
+		c.jerr = fmt.Errorf("%w: journal: checkpoint: %v", ErrBroken, err)
+		return c.jerr
+	}
+	if err := fdatasync(c.journal); err != nil {
+		c.jerr = fmt.Errorf("%w: journal: checkpoint: %v", ErrBroken, err)
+		return c.jerr
+	}
+	c.jsize = 0
+	c.checkpoints.Add(1)
+	return nil
 }
 
 // hook lets tests fail a sync after the fact.

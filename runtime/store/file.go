@@ -20,9 +20,8 @@ const Ext = ".jsonl"
 type SyncMode int
 
 const (
-	// SyncDefault is SyncFS on the file systems where syncfs(2) is known to
-	// be complete (ext4, XFS, Btrfs, tmpfs), SyncFiles elsewhere. With 100
-	// concurrent agents on ext4, SyncFS measured about 4 times faster.
+	// SyncDefault is SyncJournal on the file systems where syncfs(2) is known
+	// to be complete (ext4, XFS, Btrfs, tmpfs), SyncFiles elsewhere.
 	SyncDefault SyncMode = iota
 	// SyncFiles fdatasyncs each file of a batch, on FileOptions.SyncWorkers
 	// goroutines in parallel.
@@ -32,6 +31,16 @@ const (
 	// grows with everything else written to that file system, so give the
 	// store a file system of its own if other programs write heavily there.
 	SyncFS
+	// SyncJournal writes each batch's records to one journal file as well as
+	// to the logs and makes the batch durable with one fdatasync of the
+	// journal; every FileOptions.CheckpointBytes of journal (and on Close) a
+	// syncfs makes the logs durable and the journal is emptied. Opening the
+	// store puts back from the journal what a crash of the machine took from
+	// the logs. One fdatasync of one file has a short, steady latency: on
+	// ext4 with 100 concurrent agents it measured 0.1-0.4 ms where a syncfs
+	// of the batch's logs took 0.4-5 ms. Where syncfs(2) is not known to be
+	// complete (see SyncDefault) the store uses SyncFiles instead.
+	SyncJournal
 )
 
 func (m SyncMode) String() string {
@@ -42,6 +51,8 @@ func (m SyncMode) String() string {
 		return "files"
 	case SyncFS:
 		return "syncfs"
+	case SyncJournal:
+		return "journal"
 	}
 	return fmt.Sprintf("SyncMode(%d)", int(m))
 }
@@ -52,6 +63,9 @@ type FileOptions struct {
 	Sync SyncMode
 	// SyncWorkers is how many files SyncFiles syncs at once (default 8).
 	SyncWorkers int
+	// CheckpointBytes is how much journal SyncJournal lets grow before it
+	// syncs the logs and empties it (default DefaultCheckpointBytes).
+	CheckpointBytes int64
 	// MaxOpenFiles bounds the log files kept open (default 4096); the least
 	// recently used idle ones are closed beyond it.
 	MaxOpenFiles int
@@ -75,6 +89,9 @@ type fileHooks struct {
 	write func(agent string, f *os.File, b []byte, off int64) (int, error)
 	// sync, if set, runs after agent's batch is synced; an error fails it.
 	sync func(agent string) error
+	// journal, if set, runs after a batch's entries are written to the
+	// journal, before they are synced; an error fails the batch.
+	journal func(entries []byte) error
 }
 
 // File is the embedded default Store: a directory holding one JSON-lines file
@@ -97,6 +114,9 @@ type File struct {
 	logs    sync.Map // agent id → *fileLog
 	handles handles
 	commit  *committer
+	// roJournal holds, for a read-only store, the journal's records by agent:
+	// Scan shows them after the log's own (see SyncJournal).
+	roJournal map[string][]journalEntry
 
 	closed  atomic.Bool
 	active  atomic.Int64  // calls in progress
@@ -164,21 +184,55 @@ func OpenFile(dir string, opts FileOptions) (*File, error) {
 	if opts.MaxOpenFiles <= 0 {
 		opts.MaxOpenFiles = 4096
 	}
+	if opts.CheckpointBytes <= 0 {
+		opts.CheckpointBytes = DefaultCheckpointBytes
+	}
 	mode := opts.Sync
-	if mode == SyncDefault {
+	if mode == SyncDefault || mode == SyncJournal {
+		// The journal needs a complete syncfs(2) for its checkpoints.
 		mode = SyncFiles
 		if syncfsTrusted(dirF) {
-			mode = SyncFS
+			mode = SyncJournal
 		}
 	}
 	s := &File{dir: dir, dirF: dirF, lock: lock, opts: opts, drained: make(chan struct{}, 1)}
 	s.handles.max = opts.MaxOpenFiles
-	s.commit = newCommitter(s, mode)
+	fail := func(err error) (*File, error) {
+		dirF.Close()
+		unlockDir(lock)
+		return nil, err
+	}
+	var journal *os.File
+	switch {
+	case opts.ReadOnly:
+		// A writer that crashed may have left records in the journal that
+		// the logs lack; a reader shows them without writing anything.
+		if s.roJournal, err = readOnlyJournal(dir); err != nil {
+			return fail(err)
+		}
+	case mode == SyncJournal:
+		if journal, err = s.openJournal(); err != nil {
+			return fail(err)
+		}
+	default:
+		// A store last opened with a journal: put back what it holds.
+		if _, serr := os.Stat(filepath.Join(dir, JournalName)); serr == nil {
+			j, err := s.openJournal()
+			if err != nil {
+				return fail(err)
+			}
+			j.Close()
+			if err := os.Remove(filepath.Join(dir, JournalName)); err != nil {
+				return fail(fmt.Errorf("store: journal: %w", err))
+			}
+		}
+	}
+	s.commit = newCommitter(s, mode, journal, opts.CheckpointBytes)
 	return s, nil
 }
 
-// SyncMode returns the way the store makes appends durable: SyncFiles or
-// SyncFS, never SyncDefault.
+// SyncMode returns the way the store makes appends durable: SyncFiles,
+// SyncFS or SyncJournal, never SyncDefault.
 func (s *File) SyncMode() SyncMode { return SyncMode(s.commit.mode.Load()) }
 
 // Dir returns the store's directory.
@@ -383,15 +437,19 @@ func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 		b = append(b, r...)
 		b = append(b, '\n')
 	}
+	// The pooled buffer goes back once the batch is durable: the journal
+	// copies the records from it.
+	defer func() {
+		if cap(b) <= 1<<20 {
+			*bp = b[:0]
+			writeBufs.Put(bp)
+		}
+	}()
 	var n int
 	if h := s.opts.hooks; h != nil && h.write != nil {
 		n, err = h.write(agent, l.f, b, l.size)
 	} else {
 		n, err = l.f.WriteAt(b, l.size)
-	}
-	if cap(b) <= 1<<20 {
-		*bp = b[:0]
-		writeBufs.Put(bp)
 	}
 	if err != nil {
 		err = fmt.Errorf("store: %s: append at seq %d: %w", agent, firstSeq, err)
@@ -406,8 +464,10 @@ func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 		return err
 	}
 
-	l.req = commitReq{}
-	if err := s.commit.commit(l); err != nil {
+	l.req = commitReq{firstSeq: firstSeq, lines: b}
+	err = s.commit.commit(l)
+	l.req.lines = nil
+	if err != nil {
 		// The bytes may or may not be on disk, and after a failed writeback
 		// the page cache may no longer tell. Cut them off (best effort) and
 		// stop trusting the file.
@@ -475,6 +535,26 @@ func (s *File) Scan(agent string, fn func(seq uint64, rec []byte) error) error {
 		return fmt.Errorf("store: %s: the file changed under the store: read %d records in %d bytes, expected %d in %d (%s)",
 			agent, res.count, res.good, count, limit, l.path)
 	}
+	return s.scanJournal(agent, res.count, fn)
+}
+
+// scanJournal passes on, for a read-only store, the records a crashed
+// writer's journal holds beyond the log's next (SyncJournal).
+func (s *File) scanJournal(agent string, next uint64, fn func(seq uint64, rec []byte) error) error {
+	for _, e := range s.roJournal[agent] {
+		if e.firstSeq > next {
+			return &DamageError{Agent: agent, Path: s.Path(agent), Seq: next,
+				Reason: fmt.Sprintf("the log ends before record %d, which the journal continues", e.firstSeq)}
+		}
+		for i, line := range e.lines {
+			if seq := e.firstSeq + uint64(i); seq == next {
+				if err := fn(seq, line); err != nil {
+					return err
+				}
+				next++
+			}
+		}
+	}
 	return nil
 }
 
@@ -512,8 +592,10 @@ func (s *File) Close() error {
 	for s.active.Load() > 0 {
 		<-s.drained
 	}
-	s.commit.close()
 	var errs []error
+	if err := s.commit.close(); err != nil {
+		errs = append(errs, err)
+	}
 	s.logs.Range(func(_, v any) bool {
 		l := v.(*fileLog)
 		l.mu.Lock()

@@ -18,7 +18,7 @@ import (
 	"time"
 )
 
-var syncModes = []SyncMode{SyncFiles, SyncFS}
+var syncModes = []SyncMode{SyncFiles, SyncFS, SyncJournal}
 
 func openFile(t testing.TB, dir string, opts FileOptions) *File {
 	t.Helper()
@@ -40,11 +40,11 @@ func TestFile(t *testing.T) {
 }
 
 func TestFileSyncMode(t *testing.T) {
-	for _, mode := range []SyncMode{SyncDefault, SyncFiles, SyncFS} {
+	for _, mode := range []SyncMode{SyncDefault, SyncFiles, SyncFS, SyncJournal} {
 		s := openFile(t, t.TempDir(), FileOptions{Sync: mode})
 		got := s.SyncMode()
 		s.Close()
-		if got != SyncFiles && got != SyncFS || mode != SyncDefault && got != mode && runtime.GOOS == "linux" {
+		if got != SyncFiles && got != SyncFS && got != SyncJournal || mode != SyncDefault && got != mode && runtime.GOOS == "linux" {
 			t.Errorf("FileOptions{Sync: %v}: store uses %v", mode, got)
 		}
 		if mode == SyncDefault {
@@ -305,8 +305,11 @@ func TestOpenFileErrors(t *testing.T) {
 	if st, err := os.Stat(nested); err != nil || !st.IsDir() {
 		t.Fatalf("OpenFile did not create %s: %v", nested, err)
 	}
-	if ents, _ := os.ReadDir(nested); len(ents) != 1 || ents[0].Name() != LockName {
-		t.Fatalf("OpenFile left files behind besides its lock: %v", ents)
+	ents, _ := os.ReadDir(nested)
+	for _, e := range ents {
+		if e.Name() != LockName && e.Name() != JournalName {
+			t.Fatalf("OpenFile left files behind besides its lock and journal: %v", ents)
+		}
 	}
 }
 

@@ -36,8 +36,11 @@ invoice agent, a policy with CEL constraints and one with a Rego extension — a
 measures the same decisions through:
   (a) the reference model (plain Go, the floor),
   (b) OPA alone: the compiled Rego on the very inputs the runtime built,
+      each evaluated right after a runtime decision (same heap, same caches),
+      and on GOMAXPROCS goroutines for OPA's own throughput,
   (c) the runtime with the memory store,
-  (d) the runtime with the file store, fsync'd (group commit).
+  (d) the runtime with the file store, durable (group commit through the
+      store's journal), with the store's sync latency and batch size.
 It also replays a long log, compares a long-lived agent with a fresh one and
 measures an idle agent's state. Progress goes to stderr; --json prints one object.
 ` + exitCodesHelp,
@@ -102,7 +105,7 @@ func runBench(ctx context.Context, p benchParams, stdout, stderr io.Writer) erro
 	if res.RuntimeFilePerSec > 0 {
 		fmt.Fprintf(tw, "runtime, file p50 / p99\t%s / %s\n", ns(res.RuntimeFileP50), ns(res.RuntimeFileP99))
 		fmt.Fprintf(tw, "runtime, file throughput\t%.0f durable decisions/s\n", res.RuntimeFilePerSec)
-		fmt.Fprintf(tw, "  one sync p50 / p99\t%s / %s (%.1f appends per sync)\n", ns(res.FileSyncP50), ns(res.FileSyncP99), res.FileAppendsPerSync)
+		fmt.Fprintf(tw, "  one sync (%s) p50 / p99\t%s / %s (%.1f appends per sync)\n", res.FileSyncMode, ns(res.FileSyncP50), ns(res.FileSyncP99), res.FileAppendsPerSync)
 	}
 	if res.LongLogRecords > 0 {
 		fmt.Fprintf(tw, "long log p50 (%d records)\t%s (%.2f× a fresh agent's %s)\n", res.LongLogRecords, ns(res.LongLogP50), res.LongLogOverFresh, ns(res.FreshP50))

@@ -55,6 +55,7 @@ type Result struct {
 	FileSyncP50                 int64                    `json:"file_sync_p50_ns,omitempty"`
 	FileSyncP99                 int64                    `json:"file_sync_p99_ns,omitempty"`
 	FileAppendsPerSync          float64                  `json:"file_appends_per_sync,omitempty"`
+	FileSyncMode                string                   `json:"file_sync_mode,omitempty"`
 	ReplayRecordsPerSec         float64                  `json:"replay_records_per_sec,omitempty"`
 	StateBytesPerAgent          int64                    `json:"state_bytes_per_agent"`
 	FreshP50                    int64                    `json:"fresh_agent_p50_ns,omitempty"`
@@ -425,6 +426,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		// The sync percentiles cover the store's life (the creates too); the
 		// batch size covers the run.
 		cs := fs.CommitStats()
+		res.FileSyncMode = fs.SyncMode().String()
 		res.FileSyncP50, res.FileSyncP99 = int64(cs.SyncP50), int64(cs.SyncP99)
 		if n := cs.Syncs - before.Syncs; n > 0 {
 			res.FileAppendsPerSync = float64(cs.Appends-before.Appends) / float64(n)

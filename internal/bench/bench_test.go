@@ -5,9 +5,7 @@ import (
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
-	"github.com/open-policy-agent/opa/v1/topdown"
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/conformance/model"
@@ -165,10 +163,10 @@ func benchRawOPA(b *testing.B, w *workload) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cancel, noop := topdown.NewCancel(), metrics.NoOp()
+	opts := runtime.EvalOptions(w.compiled)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		rs, err := pq.Eval(ctx, rego.EvalParsedInput(inputs[i%len(inputs)]), rego.EvalMetrics(noop), rego.EvalExternalCancel(cancel))
+		rs, err := pq.Eval(ctx, append(opts[:len(opts):len(opts)], rego.EvalParsedInput(inputs[i%len(inputs)]))...)
 		if err != nil || len(rs) != 1 {
 			b.Fatal(err)
 		}

@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
-	"github.com/open-policy-agent/opa/v1/topdown"
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/policy"
@@ -71,23 +69,23 @@ type recordedInput struct {
 }
 
 // rawOPA is OPA's floor: each workload policy's query, prepared the way the
-// runtime prepares it and evaluated the way it evaluates it (parsed input,
-// no-op metrics, external cancel), with no log, no store and no state.
+// runtime prepares it and evaluated with the runtime's options
+// (runtime.EvalOptions), with no log, no store and no state.
 type rawOPA struct {
 	queries map[string]rego.PreparedEvalQuery // by digest
+	options map[string][]rego.EvalOption      // by digest: the runtime's (runtime.EvalOptions)
 	names   map[string]string                 // workload name by digest
-	cancel  topdown.Cancel
-	noop    metrics.Metrics
 }
 
 func newRawOPA(ctx context.Context, ws []*workload) (*rawOPA, error) {
-	r := &rawOPA{queries: map[string]rego.PreparedEvalQuery{}, names: map[string]string{}, cancel: topdown.NewCancel(), noop: metrics.NoOp()}
+	r := &rawOPA{queries: map[string]rego.PreparedEvalQuery{}, options: map[string][]rego.EvalOption{}, names: map[string]string{}}
 	for _, w := range ws {
 		pq, err := runtime.PrepareQuery(ctx, w.compiled, w.compiled.Query)
 		if err != nil {
 			return nil, err
 		}
 		r.queries[w.compiled.Digest], r.names[w.compiled.Digest] = pq, w.name
+		r.options[w.compiled.Digest] = runtime.EvalOptions(w.compiled)
 	}
 	return r, nil
 }
@@ -98,8 +96,9 @@ func (r *rawOPA) eval(ctx context.Context, in recordedInput) (time.Duration, err
 	if !ok {
 		return 0, fmt.Errorf("raw OPA: an input of unknown policy %s", in.digest)
 	}
+	var opts [4]rego.EvalOption
 	t0 := time.Now()
-	rs, err := pq.Eval(ctx, rego.EvalParsedInput(in.input), rego.EvalMetrics(r.noop), rego.EvalExternalCancel(r.cancel))
+	rs, err := pq.Eval(ctx, append(append(opts[:0], r.options[in.digest]...), rego.EvalParsedInput(in.input))...)
 	d := time.Since(t0)
 	if err != nil || len(rs) != 1 {
 		return 0, fmt.Errorf("raw OPA: %v (%d results)", err, len(rs))

@@ -29,7 +29,7 @@ type commitReq struct {
 // under load one sync covers as many appends as arrived during the previous one.
 type committer struct {
 	s    *File
-	mode atomic.Int32 // SyncFiles or SyncFS; only the run goroutine changes it
+	mode atomic.Int32 // SyncFiles, SyncFS or SyncJournal; only the run goroutine changes it
 
 	mu    sync.Mutex
 	queue []*fileLog
@@ -42,16 +42,23 @@ type committer struct {
 	batches, reqs atomic.Int64 // average batch = reqs/batches (CommitStats)
 	syncTimes     syncHistogram
 
-	// The journal (SyncJournal), used by the run goroutine only.
-	journal     *os.File
-	jsize       int64 // bytes of acknowledged entries
-	jbuf        []byte
-	checkpoint  int64 // journal bytes that trigger a checkpoint
-	jerr        error // sticky: the journal could not be cut back after a failure
-	checkpoints atomic.Int64
+	// The journal (SyncJournal), used by the run goroutine only (and by
+	// close, after it has stopped).
+	journal    *os.File
+	jkept      int64 // bytes at the start that checkpoints keep (see File.damaged)
+	jsize      int64 // bytes of acknowledged entries, jkept included
+	jbuf       []byte
+	checkpoint int64 // journal bytes that trigger a checkpoint
+	jerr       error // sticky: the journal could not be cut back after a failure
+	// noCheckpoint is set once a syncfs has failed: the kernel reports a
+	// writeback error to syncfs once, so a later syncfs that succeeds does not
+	// prove the logs durable. The journal then keeps everything until the
+	// store is reopened and replays it.
+	noCheckpoint bool
+	checkpoints  atomic.Int64
 }
 
-func newCommitter(s *File, mode SyncMode, journal *os.File, checkpoint int64) *committer {
+func newCommitter(s *File, mode SyncMode, journal *os.File, kept, checkpoint int64) *committer {
 	c := &committer{
 		s:          s,
 		done:       make(chan struct{}),
@@ -59,6 +66,8 @@ func newCommitter(s *File, mode SyncMode, journal *os.File, checkpoint int64) *c
 		stop:       make(chan struct{}),
 		exited:     make(chan struct{}),
 		journal:    journal,
+		jkept:      kept,
+		jsize:      kept,
 		checkpoint: checkpoint,
 	}
 	c.mode.Store(int32(mode))
@@ -91,7 +100,7 @@ func (c *committer) close() error {
 		return nil
 	}
 	var err error
-	if c.jsize > 0 && c.jerr == nil {
+	if c.jsize > c.jkept && c.jerr == nil && !c.noCheckpoint {
 		err = c.checkpointNow()
 	}
 	return errors.Join(err, c.journal.Close())
@@ -123,9 +132,9 @@ func (c *committer) run() {
 		close(done)
 		clear(batch)
 		spare = batch
-		if c.journal != nil && c.jsize >= c.checkpoint && c.jerr == nil {
-			// A failed checkpoint leaves the journal as it is (it still holds
-			// every record the logs may lack); the next batch tries again.
+		if c.journal != nil && c.jsize-c.jkept >= c.checkpoint && c.jerr == nil && !c.noCheckpoint {
+			// A failed checkpoint leaves the journal as it is: it still holds
+			// every record the logs may lack.
 			_ = c.checkpointNow()
 		}
 	}
@@ -133,8 +142,7 @@ func (c *committer) run() {
 
 func (c *committer) syncBatch(batch []*fileLog) {
 	if c.journal != nil {
-		c.syncJournal(batch)
-		c.hook(batch)
+		c.syncJournal(batch) // runs the hook itself, first
 		return
 	}
 	if SyncMode(c.mode.Load()) == SyncFS {
@@ -208,44 +216,61 @@ func (c *committer) syncFiles(batch []*fileLog) {
 	}
 }
 
+// maxEntry bounds one journal entry's payload (its length is a uint32).
+const maxEntry = 1 << 30
+
 // syncJournal writes the batch's records to the journal in one write and
-// makes them durable with one fdatasync; a batch with a Create in it takes a
-// syncfs instead, which makes the new names durable too. On failure the
-// batch's entries are cut off the journal again, so that no replay brings
-// back records whose append failed.
+// makes them durable with one fdatasync. A Create in the batch has its new
+// file and the directory synced too. On failure the batch's entries are cut
+// off the journal again, so that no replay brings back records whose append
+// failed. The test hook runs first, as a per-log sync failure would, and keeps
+// a failed log's records out of the journal.
 func (c *committer) syncJournal(batch []*fileLog) {
-	fail := func(err error) {
-		for _, l := range batch {
-			l.req.err = err
-		}
-	}
 	if c.jerr != nil {
-		fail(c.jerr)
+		for _, l := range batch {
+			l.req.err = c.jerr
+		}
 		return
 	}
-	full := false
+	c.hook(batch)
+	dir := false
 	buf := c.jbuf[:0]
+	var ok []*fileLog // the logs whose appends go on
 	for _, l := range batch {
-		full = full || l.req.dir || l.req.full
+		switch {
+		case l.req.err != nil:
+			continue
+		case len(l.req.lines) > maxEntry:
+			l.req.err = fmt.Errorf("an append of %d bytes is too large for the journal (at most %d)", len(l.req.lines), maxEntry)
+			continue
+		case l.req.full:
+			// A new file (Create): its inode and name must be durable.
+			if err := l.f.Sync(); err != nil {
+				l.req.err = err
+				continue
+			}
+		}
+		dir = dir || l.req.dir
 		if len(l.req.lines) > 0 {
 			buf = appendEntry(buf, l.agent, l.req.firstSeq, l.req.lines)
 		}
+		ok = append(ok, l)
 	}
 	if cap(buf) <= 4<<20 {
 		c.jbuf = buf[:0]
 	}
 	var err error
-	if len(buf) > 0 {
-		_, err = c.journal.WriteAt(buf, c.jsize)
-		if h := c.s.opts.hooks; err == nil && h != nil && h.journal != nil {
-			err = h.journal(buf)
-		}
+	if dir {
+		err = syncDir(c.s.dirF)
 	}
-	if err == nil {
-		if full {
-			err = syncfs(c.s.dirF)
-		} else if len(buf) > 0 {
-			err = fdatasync(c.journal)
+	if err == nil && len(buf) > 0 {
+		if _, err = c.journal.WriteAt(buf, c.jsize); err == nil {
+			if h := c.s.opts.hooks; h != nil && h.journal != nil {
+				err = h.journal(buf)
+			}
+			if err == nil {
+				err = fdatasync(c.journal)
+			}
 		}
 	}
 	if err != nil {
@@ -254,21 +279,25 @@ func (c *committer) syncJournal(batch []*fileLog) {
 		} else if serr := fdatasync(c.journal); serr != nil {
 			c.jerr = fmt.Errorf("%w: journal: cutting off a failed batch: %v", ErrBroken, serr)
 		}
-		fail(fmt.Errorf("journal: %w", err))
+		for _, l := range ok {
+			l.req.err = fmt.Errorf("journal: %w", err)
+		}
 		return
 	}
 	c.jsize += int64(len(buf))
-	for _, l := range batch {
+	for _, l := range ok {
 		l.req.err = nil
 	}
 }
 
-// checkpointNow makes every log durable (one syncfs) and empties the journal.
+// checkpointNow makes every log durable (one syncfs) and empties the journal
+// (but for the part kept for damaged logs).
 func (c *committer) checkpointNow() error {
 	if err := syncfs(c.s.dirF); err != nil {
+		c.noCheckpoint = true
 		return fmt.Errorf("store: checkpoint: %w", err)
 	}
-	if err := c.journal.Truncate(0); err != nil {
+	if err := c.journal.Truncate(c.jkept); err != nil {
 		c.jerr = fmt.Errorf("%w: journal: checkpoint: %v", ErrBroken, err)
 		return c.jerr
 	}
@@ -276,7 +305,7 @@ func (c *committer) checkpointNow() error {
 		c.jerr = fmt.Errorf("%w: journal: checkpoint: %v", ErrBroken, err)
 		return c.jerr
 	}
-	c.jsize = 0
+	c.jsize = c.jkept
 	c.checkpoints.Add(1)
 	return nil
 }

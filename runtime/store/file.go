@@ -95,10 +95,13 @@ type fileHooks struct {
 }
 
 // File is the embedded default Store: a directory holding one JSON-lines file
-// per agent, <agent>.jsonl, one record per line.
+// per agent, <agent>.jsonl, one record per line (and, in SyncJournal mode, the
+// journal, JournalName).
 //
 // Append writes at the log's known good length and returns once a group
-// commit has made the bytes durable; appends of different agents share syncs.
+// commit has made the records durable (in the log, or in the journal from
+// which opening the store puts them back); appends of different agents share
+// syncs.
 // A failed write is cut off again; after a failed sync the log is refused
 // further appends (ErrBroken) until the store is reopened. On open, a final
 // line without its newline (a write torn by a crash) is ignored by Scan and cut
@@ -115,8 +118,13 @@ type File struct {
 	handles handles
 	commit  *committer
 	// roJournal holds, for a read-only store, the journal's records by agent:
-	// Scan shows them after the log's own (see SyncJournal).
-	roJournal map[string][]journalEntry
+	// Scan shows them in place of the log's own from their first on (see
+	// SyncJournal).
+	roJournal map[string]journalLog
+	// damaged holds the logs the journal could not be replayed into at open
+	// (missing, or damaged before the journal's records): their records stay
+	// in the journal, and Scan, Append and Create report the damage.
+	damaged map[string]error
 
 	closed  atomic.Bool
 	active  atomic.Int64  // calls in progress
@@ -202,7 +210,10 @@ func OpenFile(dir string, opts FileOptions) (*File, error) {
 		unlockDir(lock)
 		return nil, err
 	}
-	var journal *os.File
+	var (
+		journal *os.File
+		kept    int64
+	)
 	switch {
 	case opts.ReadOnly:
 		// A writer that crashed may have left records in the journal that
@@ -211,23 +222,30 @@ func OpenFile(dir string, opts FileOptions) (*File, error) {
 			return fail(err)
 		}
 	case mode == SyncJournal:
-		if journal, err = s.openJournal(); err != nil {
+		if journal, kept, s.damaged, err = s.openJournal(); err != nil {
 			return fail(err)
 		}
 	default:
-		// A store last opened with a journal: put back what it holds.
-		if _, serr := os.Stat(filepath.Join(dir, JournalName)); serr == nil {
-			j, err := s.openJournal()
+		// A store last opened with a journal: put back what it holds, and
+		// remove it unless it must keep records it could not put back.
+		switch _, serr := os.Stat(filepath.Join(dir, JournalName)); {
+		case serr == nil:
+			j, kept, damaged, err := s.openJournal()
 			if err != nil {
 				return fail(err)
 			}
 			j.Close()
-			if err := os.Remove(filepath.Join(dir, JournalName)); err != nil {
-				return fail(fmt.Errorf("store: journal: %w", err))
+			s.damaged = damaged
+			if kept == 0 {
+				if err := os.Remove(filepath.Join(dir, JournalName)); err != nil {
+					return fail(fmt.Errorf("store: journal: %w", err))
+				}
 			}
+		case !errors.Is(serr, fs.ErrNotExist):
+			return fail(fmt.Errorf("store: journal: %w", serr))
 		}
 	}
-	s.commit = newCommitter(s, mode, journal, opts.CheckpointBytes)
+	s.commit = newCommitter(s, mode, journal, kept, opts.CheckpointBytes)
 	return s, nil
 }
 
@@ -270,6 +288,9 @@ func (s *File) Create(agent string) error {
 	}
 	if err := checkAgent(agent); err != nil {
 		return err
+	}
+	if err := s.damaged[agent]; err != nil {
+		return err // the journal holds records of a log by that name
 	}
 	path := s.Path(agent)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
@@ -400,6 +421,9 @@ func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 	if s.opts.ReadOnly {
 		return fmt.Errorf("%w: append to %s in %s", ErrReadOnly, agent, s.dir)
 	}
+	if err := s.damaged[agent]; err != nil {
+		return err
+	}
 	l, err := s.log(agent)
 	if err != nil {
 		return err
@@ -506,6 +530,15 @@ func (s *File) Scan(agent string, fn func(seq uint64, rec []byte) error) error {
 		return err
 	}
 	defer s.exit()
+	if err := checkAgent(agent); err != nil {
+		return err
+	}
+	if jl, ok := s.roJournal[agent]; ok {
+		return s.scanWithJournal(agent, jl, fn)
+	}
+	if err := s.damaged[agent]; err != nil {
+		return err
+	}
 	l, err := s.log(agent)
 	if err != nil {
 		return err
@@ -535,24 +568,46 @@ func (s *File) Scan(agent string, fn func(seq uint64, rec []byte) error) error {
 		return fmt.Errorf("store: %s: the file changed under the store: read %d records in %d bytes, expected %d in %d (%s)",
 			agent, res.count, res.good, count, limit, l.path)
 	}
-	return s.scanJournal(agent, res.count, fn)
+	return nil
 }
 
-// scanJournal passes on, for a read-only store, the records a crashed
-// writer's journal holds beyond the log's next (SyncJournal).
-func (s *File) scanJournal(agent string, next uint64, fn func(seq uint64, rec []byte) error) error {
-	for _, e := range s.roJournal[agent] {
-		if e.firstSeq > next {
-			return &DamageError{Agent: agent, Path: s.Path(agent), Seq: next,
-				Reason: fmt.Sprintf("the log ends before record %d, which the journal continues", e.firstSeq)}
+// scanWithJournal is Scan, for a read-only store, of a log that a crashed
+// writer's journal continues: the log's records up to the journal's first,
+// then the journal's (see replayLog: the log's own records from there on may
+// be torn or stale).
+func (s *File) scanWithJournal(agent string, jl journalLog, fn func(seq uint64, rec []byte) error) error {
+	if jl.err != nil {
+		return jl.err
+	}
+	path := s.Path(agent)
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &DamageError{Agent: agent, Path: path, Reason: fmt.Sprintf("the log is missing, and the journal holds its records from %d", jl.first)}
+	}
+	if err != nil {
+		return fmt.Errorf("store: %s: open: %w", agent, err)
+	}
+	defer f.Close()
+	res, err := scanLines(agent, path, f, -1, func(n uint64, line []byte) error {
+		if n == jl.first {
+			return errFound
 		}
-		for i, line := range e.lines {
-			if seq := e.firstSeq + uint64(i); seq == next {
-				if err := fn(seq, line); err != nil {
-					return err
-				}
-				next++
-			}
+		return fn(n, line)
+	})
+	var stop errStop
+	switch {
+	case errors.As(err, &stop) && stop.err == errFound:
+	case errors.As(err, &stop):
+		return stop.err
+	case err != nil:
+		return err
+	case res.count < jl.first:
+		return &DamageError{Agent: agent, Path: path, Seq: res.count, Offset: res.good,
+			Reason: fmt.Sprintf("the log ends before record %d, which the journal continues", jl.first)}
+	}
+	for i, rec := range jl.recs {
+		if err := fn(jl.first+uint64(i), rec); err != nil {
+			return err
 		}
 	}
 	return nil

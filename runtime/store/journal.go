@@ -104,107 +104,184 @@ func readJournal(r io.Reader) ([]journalEntry, error) {
 }
 
 // openJournal opens (creating if needed) the journal of a writable store and
-// replays whatever a crash left in it into the logs, then empties it.
-func (s *File) openJournal() (*os.File, error) {
+// replays whatever a crash left in it into the logs. What it cannot replay (a
+// log that is missing or damaged before the journal's records) stays in the
+// journal, at its start: it returns the size of that part, which checkpoints
+// keep, and the damage by agent, which the store reports for those agents.
+func (s *File) openJournal() (f *os.File, kept int64, damaged map[string]error, err error) {
 	path := filepath.Join(s.dir, JournalName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("store: journal: %w", err)
+		return nil, 0, nil, fmt.Errorf("store: journal: %w", err)
 	}
 	entries, err := readJournal(f)
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("store: journal %s: %w", path, err)
+		return nil, 0, nil, fmt.Errorf("store: journal %s: %w", path, err)
 	}
-	if len(entries) > 0 {
-		if err := s.replayJournal(entries); err != nil {
-			f.Close()
-			return nil, err
+	var keep []byte
+	damaged = map[string]error{}
+	for _, agent := range journalAgents(entries) {
+		mine := entriesOf(entries, agent)
+		if err := s.replayLog(agent, mine); err != nil {
+			var damage *DamageError
+			if !errors.As(err, &damage) {
+				f.Close()
+				return nil, 0, nil, err
+			}
+			damaged[agent] = damage
+			for _, e := range mine {
+				keep = appendEntry(keep, e.agent, e.firstSeq, joinLines(e.lines))
+			}
 		}
 	}
-	if err := emptyJournal(f, s.dirF); err != nil {
+	if err := f.Truncate(0); err != nil {
 		f.Close()
-		return nil, err
+		return nil, 0, nil, fmt.Errorf("store: journal: %w", err)
 	}
-	return f, nil
+	if len(keep) > 0 {
+		if _, err := f.WriteAt(keep, 0); err != nil {
+			f.Close()
+			return nil, 0, nil, fmt.Errorf("store: journal: %w", err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, 0, nil, fmt.Errorf("store: journal: %w", err)
+	}
+	if err := syncDir(s.dirF); err != nil {
+		f.Close()
+		return nil, 0, nil, fmt.Errorf("store: journal: %w", err)
+	}
+	return f, int64(len(keep)), damaged, nil
 }
 
-// replayJournal puts back the records of entries that a log lacks, then
-// makes the logs durable. Records a log has are left as they are (the replay
-// may run twice, if a crash interrupts it); a log that lacks records before
-// an entry's first is damaged.
-func (s *File) replayJournal(entries []journalEntry) error {
-	type logEnd struct {
-		f     *os.File
-		size  int64
-		count uint64
-	}
-	ends := map[string]*logEnd{}
-	defer func() {
-		for _, e := range ends {
-			e.f.Close()
-		}
-	}()
+// journalAgents lists the agents of entries in the order they first appear.
+func journalAgents(entries []journalEntry) []string {
+	seen := map[string]bool{}
+	var out []string
 	for _, e := range entries {
-		end, ok := ends[e.agent]
-		if !ok {
-			path := s.Path(e.agent)
-			f, err := os.OpenFile(path, os.O_RDWR, 0)
-			if err != nil {
-				return fmt.Errorf("store: journal: %s: %w", e.agent, err)
-			}
-			res, err := scanLines(e.agent, path, f, -1, nil)
-			if err != nil {
-				f.Close()
-				return fmt.Errorf("store: journal: %w", err)
-			}
-			end = &logEnd{f: f, size: res.good, count: res.count}
-			ends[e.agent] = end
-			if res.end > res.good { // a torn write: the journal has that record whole
-				if err := f.Truncate(res.good); err != nil {
-					return fmt.Errorf("store: journal: %s: %w", e.agent, err)
-				}
-			}
-		}
-		if e.firstSeq > end.count {
-			return &DamageError{Agent: e.agent, Path: s.Path(e.agent), Seq: end.count, Offset: end.size,
-				Reason: fmt.Sprintf("the log ends before record %d, which the journal continues", e.firstSeq)}
-		}
-		for i, line := range e.lines {
-			if seq := e.firstSeq + uint64(i); seq < end.count {
-				continue
-			}
-			b := append(append([]byte(nil), line...), '\n')
-			if _, err := end.f.WriteAt(b, end.size); err != nil {
-				return fmt.Errorf("store: journal: %s: replay of record %d: %w", e.agent, end.count, err)
-			}
-			end.size += int64(len(b))
-			end.count++
+		if !seen[e.agent] {
+			seen[e.agent] = true
+			out = append(out, e.agent)
 		}
 	}
-	for agent, e := range ends {
-		if err := e.f.Sync(); err != nil {
-			return fmt.Errorf("store: journal: %s: %w", agent, err)
+	return out
+}
+
+func entriesOf(entries []journalEntry, agent string) []journalEntry {
+	var out []journalEntry
+	for _, e := range entries {
+		if e.agent == agent {
+			out = append(out, e)
 		}
+	}
+	return out
+}
+
+func joinLines(lines [][]byte) []byte {
+	var b []byte
+	for _, l := range lines {
+		b = append(append(b, l...), '\n')
+	}
+	return b
+}
+
+// journalRecords checks that an agent's entries continue one another and
+// returns the seq of their first record and the records.
+func journalRecords(agent, path string, entries []journalEntry) (uint64, [][]byte, error) {
+	first := entries[0].firstSeq
+	var recs [][]byte
+	for _, e := range entries {
+		if want := first + uint64(len(recs)); e.firstSeq != want {
+			return 0, nil, &DamageError{Agent: agent, Path: path, Seq: want,
+				Reason: fmt.Sprintf("the journal's records jump from %d to %d", want, e.firstSeq)}
+		}
+		recs = append(recs, e.lines...)
+	}
+	return first, recs, nil
+}
+
+// errFound stops a scan at the record sought.
+var errFound = errors.New("found")
+
+// prefixEnd returns the byte offset at which record seq starts in the log,
+// reading the records before it, which a sync made durable: a log that lacks
+// any of them, or holds a damaged one, is damaged.
+func prefixEnd(agent, path string, r io.ReaderAt, seq uint64) (int64, error) {
+	if seq == 0 {
+		return 0, nil // the journal holds the whole log
+	}
+	var off int64
+	res, err := scanLines(agent, path, r, -1, func(n uint64, line []byte) error {
+		if n == seq {
+			return errFound
+		}
+		off += int64(len(line)) + 1
+		return nil
+	})
+	var stop errStop
+	switch {
+	case errors.As(err, &stop) && stop.err == errFound:
+		return off, nil
+	case err != nil:
+		return 0, err
+	case res.count < seq:
+		return 0, &DamageError{Agent: agent, Path: path, Seq: res.count, Offset: res.good,
+			Reason: fmt.Sprintf("the log ends before record %d, which the journal continues", seq)}
+	}
+	return off, nil // the log ends exactly where the journal starts
+}
+
+// replayLog rewrites agent's log from the journal's first record for it on.
+// The records before that one were durable when the journal took them (a
+// checkpoint or the log's Create synced them); the ones after may have been
+// lost in any order by a machine crash (a torn record, a hole, a stale page),
+// so the log is cut there and the journal's records written again, whatever
+// the log holds. Running it twice (a crash during replay) gives the same log.
+func (s *File) replayLog(agent string, entries []journalEntry) error {
+	path := s.Path(agent)
+	first, recs, err := journalRecords(agent, path, entries)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &DamageError{Agent: agent, Path: path, Seq: 0, Reason: "the log is missing, and the journal holds its records from " + fmt.Sprint(first)}
+	}
+	if err != nil {
+		return fmt.Errorf("store: journal: %s: %w", agent, err)
+	}
+	defer f.Close()
+	off, err := prefixEnd(agent, path, f, first)
+	if err != nil {
+		return err
+	}
+	b := joinLines(recs)
+	if err := f.Truncate(off); err != nil {
+		return fmt.Errorf("store: journal: %s: %w", agent, err)
+	}
+	if _, err := f.WriteAt(b, off); err != nil {
+		return fmt.Errorf("store: journal: %s: replay from record %d: %w", agent, first, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("store: journal: %s: %w", agent, err)
 	}
 	return nil
 }
 
-// emptyJournal truncates the journal and makes that durable.
-func emptyJournal(f, dir *os.File) error {
-	if err := f.Truncate(0); err != nil {
-		return fmt.Errorf("store: journal: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("store: journal: %w", err)
-	}
-	return syncDir(dir)
+// journalLog is, for a read-only store, what the journal holds of one log:
+// its records from first on (or why they cannot be used).
+type journalLog struct {
+	first uint64
+	recs  [][]byte
+	err   error
 }
 
 // readOnlyJournal returns, for a read-only store, the records its journal
 // holds by agent, so that Scan shows what a writer acknowledged even if the
 // machine crashed before the logs were synced. Nil if there is no journal.
-func readOnlyJournal(dir string) (map[string][]journalEntry, error) {
+func readOnlyJournal(dir string) (map[string]journalLog, error) {
 	f, err := os.Open(filepath.Join(dir, JournalName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -217,9 +294,10 @@ func readOnlyJournal(dir string) (map[string][]journalEntry, error) {
 	if err != nil || len(entries) == 0 {
 		return nil, err
 	}
-	out := map[string][]journalEntry{}
-	for _, e := range entries {
-		out[e.agent] = append(out[e.agent], e)
+	out := map[string]journalLog{}
+	for _, agent := range journalAgents(entries) {
+		first, recs, err := journalRecords(agent, filepath.Join(dir, agent+Ext), entriesOf(entries, agent))
+		out[agent] = journalLog{first: first, recs: recs, err: err}
 	}
 	return out, nil
 }

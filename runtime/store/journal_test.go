@@ -3,9 +3,11 @@ package store
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -112,26 +114,183 @@ func TestJournalReadOnly(t *testing.T) {
 }
 
 // TestJournalGap: a journal that continues a log past records the log lacks
-// is damage, named, not a silent hole.
+// is damage of that log, named; the store opens, the other logs work, and
+// the journal keeps the damaged log's records (across checkpoints and
+// reopening) for whoever repairs it.
 func TestJournalGap(t *testing.T) {
 	dir := t.TempDir()
 	s := openJournaled(t, dir, FileOptions{})
 	mustCreate(t, s, "agt_a")
+	mustCreate(t, s, "agt_b")
 	mustAppend(t, s, "agt_a", 0, 1)
 	s.Close()
-	writeFile(t, filepath.Join(dir, JournalName), appendEntry(nil, "agt_a", 3, append(rec("agt_a", 3), '\n')))
-	_, err := OpenFile(dir, FileOptions{Sync: SyncJournal})
-	var damage *DamageError
-	if !errors.As(err, &damage) || damage.Agent != "agt_a" || damage.Seq != 1 {
-		t.Fatalf("open: %v, want damage of agt_a at record 1", err)
-	}
-	if r, err := OpenFile(dir, FileOptions{ReadOnly: true}); err == nil {
-		err = r.Scan("agt_a", func(uint64, []byte) error { return nil })
-		r.Close()
-		if !errors.As(err, &damage) || damage.Seq != 1 {
-			t.Fatalf("read-only scan: %v, want damage at record 1", err)
+	gap := appendEntry(nil, "agt_a", 3, append(rec("agt_a", 3), '\n'))
+	writeFile(t, filepath.Join(dir, JournalName), gap)
+	for round := 0; round < 2; round++ {
+		s = openJournaled(t, dir, FileOptions{CheckpointBytes: 200})
+		var damage *DamageError
+		if err := s.Scan("agt_a", func(uint64, []byte) error { return nil }); !errors.As(err, &damage) || damage.Agent != "agt_a" || damage.Seq != 1 {
+			t.Fatalf("round %d: scan of agt_a: %v, want damage at record 1", round, err)
+		}
+		if err := s.Append("agt_a", 1, rec("agt_a", 1)); !errors.As(err, &damage) {
+			t.Fatalf("round %d: append to agt_a: %v, want the damage", round, err)
+		}
+		for seq := uint64(round * 5); seq < uint64(round*5+5); seq++ { // enough to checkpoint
+			mustAppend(t, s, "agt_b", seq, 1)
+		}
+		if s.commit.checkpoints.Load() == 0 {
+			t.Fatalf("round %d: no checkpoint", round)
+		}
+		s.Close()
+		if j := readFile(t, filepath.Join(dir, JournalName)); !bytes.Equal(j, gap) {
+			t.Fatalf("round %d: the journal is %q, want the damaged log's entry kept", round, j)
 		}
 	}
+	r := openFile(t, dir, FileOptions{ReadOnly: true})
+	defer r.Close()
+	var damage *DamageError
+	if err := r.Scan("agt_a", func(uint64, []byte) error { return nil }); !errors.As(err, &damage) || damage.Seq != 1 {
+		t.Fatalf("read-only scan: %v, want damage at record 1", err)
+	}
+	wantLog(t, r, "agt_b", 10)
+}
+
+// TestJournalHoleInLog: a machine crash may lose a log's unsynced pages in
+// any order, leaving zeros where a record was and a later record whole. The
+// log is rewritten from the journal's first record on, not trusted by count.
+func TestJournalHoleInLog(t *testing.T) {
+	dir := t.TempDir()
+	s := openJournaled(t, dir, FileOptions{})
+	mustCreate(t, s, "agt_a")
+	s.Close() // a checkpoint: nothing in the journal
+	s = openJournaled(t, dir, FileOptions{})
+	mustAppend(t, s, "agt_a", 0, 2)
+	s.Close() // records 0-1 durable
+	synced := readFile(t, s.Path("agt_a"))
+	s = openJournaled(t, dir, FileOptions{})
+	for seq := uint64(2); seq < 5; seq++ {
+		mustAppend(t, s, "agt_a", seq, 1)
+	}
+	journal := readFile(t, filepath.Join(dir, JournalName))
+	s.Close()
+	r2, r3, r4 := rec("agt_a", 2), rec("agt_a", 3), rec("agt_a", 4)
+	crashed := append([]byte(nil), synced...)
+	crashed = append(crashed, make([]byte, len(r2)+1+len(r3)/2)...) // zeros
+	crashed = append(append(crashed, r3[len(r3)/2:]...), '\n')
+	crashed = append(append(crashed, r4...), '\n')
+	writeFile(t, s.Path("agt_a"), crashed)
+	writeFile(t, filepath.Join(dir, JournalName), journal)
+
+	r := openFile(t, dir, FileOptions{ReadOnly: true}) // the reader's view, without writing
+	wantLog(t, r, "agt_a", 5)
+	r.Close()
+	for i := 0; i < 2; i++ { // the second time as if the first replay had been cut short
+		s = openJournaled(t, dir, FileOptions{})
+		wantLog(t, s, "agt_a", 5)
+		s.Close()
+		writeFile(t, filepath.Join(dir, JournalName), journal)
+	}
+}
+
+// TestJournalMissingOrDamagedLog: a journaled log that is gone, or damaged
+// before the journal's records, is that log's damage; the store opens in
+// every writable mode, and a log the journal holds whole is rebuilt.
+func TestJournalMissingOrDamagedLog(t *testing.T) {
+	for _, mode := range []SyncMode{SyncJournal, SyncFiles} {
+		dir := t.TempDir()
+		s := openJournaled(t, dir, FileOptions{})
+		for _, id := range []string{"agt_a", "agt_b", "agt_c"} {
+			mustCreate(t, s, id)
+		}
+		s.Close()
+		s = openJournaled(t, dir, FileOptions{})
+		mustAppend(t, s, "agt_a", 0, 2)
+		mustAppend(t, s, "agt_b", 0, 2)
+		mustAppend(t, s, "agt_c", 0, 1)
+		s.Close()
+		s = openJournaled(t, dir, FileOptions{})
+		mustAppend(t, s, "agt_a", 2, 1)
+		mustAppend(t, s, "agt_b", 2, 1)
+		mustAppend(t, s, "agt_c", 1, 1)
+		journal := readFile(t, filepath.Join(dir, JournalName))
+		s.Close()
+		writeFile(t, filepath.Join(dir, JournalName), journal)
+		os.Remove(s.Path("agt_b"))                                                           // gone
+		writeFile(t, s.Path("agt_c"), append([]byte("\n"), readFile(t, s.Path("agt_c"))...)) // damaged before record 1
+
+		w, err := OpenFile(dir, FileOptions{Sync: mode})
+		if err != nil {
+			t.Fatalf("%v: open: %v", mode, err)
+		}
+		wantLog(t, w, "agt_a", 3)
+		var damage *DamageError
+		for _, id := range []string{"agt_b", "agt_c"} {
+			if err := w.Scan(id, func(uint64, []byte) error { return nil }); !errors.As(err, &damage) || damage.Agent != id {
+				t.Errorf("%v: scan of %s: %v, want its damage", mode, id, err)
+			}
+		}
+		if err := w.Create("agt_b"); !errors.As(err, &damage) {
+			t.Errorf("%v: create of agt_b over its journaled records: %v, want the damage", mode, err)
+		}
+		w.Close()
+		if st, err := os.Stat(filepath.Join(dir, JournalName)); err != nil || st.Size() == 0 {
+			t.Errorf("%v: the journal lost the damaged logs' records: %v", mode, err)
+		}
+	}
+}
+
+// TestJournalReplayOpensOneLogAtATime: replaying a journal that spans many
+// logs does not hold a descriptor per log.
+func TestJournalReplayOpensOneLogAtATime(t *testing.T) {
+	dir := t.TempDir()
+	s := openJournaled(t, dir, FileOptions{MaxOpenFiles: 32})
+	const n = 300
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("agt_%03d", i)
+		mustCreate(t, s, id)
+		mustAppend(t, s, id, 0, 1)
+	}
+	journal := readFile(t, filepath.Join(dir, JournalName))
+	s.Close()
+	writeFile(t, filepath.Join(dir, JournalName), journal)
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Skip(err)
+	}
+	lim := old
+	lim.Cur = 200
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Skip(err)
+	}
+	defer syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
+	s = openJournaled(t, dir, FileOptions{MaxOpenFiles: 32})
+	defer s.Close()
+	wantLog(t, s, "agt_299", 1)
+}
+
+// TestJournalSyncFailureNotRevived: an append whose log fails to sync (the
+// test hook) stays out of the journal, so no replay brings it back.
+func TestJournalSyncFailureNotRevived(t *testing.T) {
+	dir := t.TempDir()
+	fail := false
+	s := openJournaled(t, dir, FileOptions{hooks: &fileHooks{sync: func(string) error {
+		if fail {
+			return errors.New("injected sync failure")
+		}
+		return nil
+	}}})
+	mustCreate(t, s, "agt_a")
+	mustAppend(t, s, "agt_a", 0, 2)
+	fail = true
+	if err := s.Append("agt_a", 2, rec("agt_a", 2)); err == nil {
+		t.Fatal("append with a failing sync succeeded")
+	}
+	journal := readFile(t, filepath.Join(dir, JournalName))
+	s.Close()
+	writeFile(t, filepath.Join(dir, JournalName), journal)
+	s = openJournaled(t, dir, FileOptions{})
+	defer s.Close()
+	wantLog(t, s, "agt_a", 2)
 }
 
 // TestJournalCheckpoint: the journal is emptied every CheckpointBytes, and

@@ -29,7 +29,12 @@ func (h *handles) add(l *fileLog) {
 		prev := e.Prev()
 		if v := e.Value.(*fileLog); v != l && v.mu.TryLock() {
 			if v.refs == 0 && v.f != nil {
-				_ = v.f.Close() // read-only use since the last sync; nothing to lose
+				// Nothing to lose: no append is in progress (it holds mu), and
+				// a writeback error of this file still reaches the next sync:
+				// syncfs reports the file system's errors, and in SyncFiles
+				// mode the file is synced on its own descriptor before any
+				// append returns.
+				_ = v.f.Close()
 				v.f = nil
 				h.lru.Remove(e)
 				v.elem = nil

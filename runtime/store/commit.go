@@ -55,6 +55,7 @@ type committer struct {
 	// prove the logs durable. The journal then keeps everything until the
 	// store is reopened and replays it.
 	noCheckpoint bool
+	cpErr        error // the first failed checkpoint's error, reported by Close
 	checkpoints  atomic.Int64
 }
 
@@ -99,11 +100,14 @@ func (c *committer) close() error {
 	if c.journal == nil {
 		return nil
 	}
-	var err error
-	if c.jsize > c.jkept && c.jerr == nil && !c.noCheckpoint {
-		err = c.checkpointNow()
+	errs := []error{c.cpErr}
+	switch {
+	case c.jerr != nil:
+		errs = append(errs, c.jerr)
+	case c.jsize > c.jkept && !c.noCheckpoint:
+		errs = append(errs, c.checkpointNow())
 	}
-	return errors.Join(err, c.journal.Close())
+	return errors.Join(append(errs, c.journal.Close())...)
 }
 
 func (c *committer) run() {
@@ -216,8 +220,9 @@ func (c *committer) syncFiles(batch []*fileLog) {
 	}
 }
 
-// maxEntry bounds one journal entry's payload (its length is a uint32).
-const maxEntry = 1 << 30
+// maxEntry bounds one journal entry's payload (its length is a uint32); a
+// variable for tests.
+var maxEntry = 1 << 30
 
 // syncJournal writes the batch's records to the journal in one write and
 // makes them durable with one fdatasync. A Create in the batch has its new
@@ -259,11 +264,23 @@ func (c *committer) syncJournal(batch []*fileLog) {
 	if cap(buf) <= 4<<20 {
 		c.jbuf = buf[:0]
 	}
-	var err error
 	if dir {
-		err = syncDir(c.s.dirF)
+		// Only the Creates need the directory synced: on failure they fail,
+		// and the other appends go on.
+		if err := syncDir(c.s.dirF); err != nil {
+			kept := ok[:0]
+			for _, l := range ok {
+				if l.req.dir {
+					l.req.err = err
+					continue
+				}
+				kept = append(kept, l)
+			}
+			ok = kept
+		}
 	}
-	if err == nil && len(buf) > 0 {
+	var err error
+	if len(buf) > 0 {
 		if _, err = c.journal.WriteAt(buf, c.jsize); err == nil {
 			if h := c.s.opts.hooks; h != nil && h.journal != nil {
 				err = h.journal(buf)
@@ -295,7 +312,10 @@ func (c *committer) syncJournal(batch []*fileLog) {
 func (c *committer) checkpointNow() error {
 	if err := syncfs(c.s.dirF); err != nil {
 		c.noCheckpoint = true
-		return fmt.Errorf("store: checkpoint: %w", err)
+		if c.cpErr == nil {
+			c.cpErr = fmt.Errorf("store: checkpoint: %w (the journal keeps every record since; reopening replays it)", err)
+		}
+		return c.cpErr
 	}
 	if err := c.journal.Truncate(c.jkept); err != nil {
 		c.jerr = fmt.Errorf("%w: journal: checkpoint: %v", ErrBroken, err)

@@ -432,6 +432,9 @@ func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 	if err != nil {
 		return err
 	}
+	if s.commit.journal != nil && total+len(recs) > maxEntry {
+		return fmt.Errorf("%w: %s: an append of %d bytes is larger than one journal entry takes (%d)", ErrBadRecord, agent, total+len(recs), maxEntry)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := s.open(l); err != nil {
@@ -595,10 +598,14 @@ func (s *File) scanWithJournal(agent string, jl journalLog, fn func(seq uint64, 
 		return fn(n, line)
 	})
 	var stop errStop
+	var damage *DamageError
 	switch {
 	case errors.As(err, &stop) && stop.err == errFound:
 	case errors.As(err, &stop):
 		return stop.err
+	case errors.As(err, &damage) && damage.Seq == jl.first:
+		// Damage from the journal's first record on: the journal's records
+		// stand in for those (see replayLog).
 	case err != nil:
 		return err
 	case res.count < jl.first:

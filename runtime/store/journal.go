@@ -135,25 +135,50 @@ func (s *File) openJournal() (f *os.File, kept int64, damaged map[string]error, 
 			}
 		}
 	}
-	if err := f.Truncate(0); err != nil {
-		f.Close()
-		return nil, 0, nil, fmt.Errorf("store: journal: %w", err)
-	}
-	if len(keep) > 0 {
-		if _, err := f.WriteAt(keep, 0); err != nil {
-			f.Close()
-			return nil, 0, nil, fmt.Errorf("store: journal: %w", err)
+	if len(keep) == 0 {
+		err = f.Truncate(0)
+		if err == nil {
+			err = f.Sync()
 		}
-	}
-	if err := f.Sync(); err != nil {
+	} else {
+		// The kept entries are the only copy of their records: they are
+		// written to a new file that replaces the journal whole, never left
+		// to a truncation a crash could make durable first.
 		f.Close()
-		return nil, 0, nil, fmt.Errorf("store: journal: %w", err)
+		f, err = replaceFile(path, keep)
 	}
-	if err := syncDir(s.dirF); err != nil {
-		f.Close()
+	if err == nil {
+		err = syncDir(s.dirF)
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
 		return nil, 0, nil, fmt.Errorf("store: journal: %w", err)
 	}
 	return f, int64(len(keep)), damaged, nil
+}
+
+// replaceFile makes path hold exactly b, atomically (a synced temporary file
+// renamed over it; the caller syncs the directory), and returns it open.
+func replaceFile(path string, b []byte) (*os.File, error) {
+	tmp := path + ".tmp"
+	t, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if _, err = t.Write(b); err == nil {
+		err = t.Sync()
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		t.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	return t, nil
 }
 
 // journalAgents lists the agents of entries in the order they first appear.
@@ -221,9 +246,14 @@ func prefixEnd(agent, path string, r io.ReaderAt, seq uint64) (int64, error) {
 		return nil
 	})
 	var stop errStop
+	var damage *DamageError
 	switch {
 	case errors.As(err, &stop) && stop.err == errFound:
 		return off, nil
+	case errors.As(err, &damage) && damage.Seq == seq:
+		// The damage starts at the journal's first record (a lost tail, a
+		// stale newline): that is where the log is cut anyway.
+		return damage.Offset, nil
 	case err != nil:
 		return 0, err
 	case res.count < seq:

@@ -181,15 +181,42 @@ func TestJournalHoleInLog(t *testing.T) {
 	writeFile(t, s.Path("agt_a"), crashed)
 	writeFile(t, filepath.Join(dir, JournalName), journal)
 
-	r := openFile(t, dir, FileOptions{ReadOnly: true}) // the reader's view, without writing
-	wantLog(t, r, "agt_a", 5)
-	r.Close()
-	for i := 0; i < 2; i++ { // the second time as if the first replay had been cut short
-		s = openJournaled(t, dir, FileOptions{})
-		wantLog(t, s, "agt_a", 5)
-		s.Close()
+	// Other shapes of a lost tail: zeros longer than a record may be (the
+	// scan calls that damage), and a stale newline where record 2 starts.
+	long := append(append([]byte(nil), synced...), make([]byte, MaxRecord+10)...)
+	stale := append(append([]byte(nil), synced...), "\n{\"stale\":1}\n"...)
+	for name, log := range map[string][]byte{"hole": crashed, "long zeros": long, "stale newline": stale} {
+		writeFile(t, s.Path("agt_a"), log)
 		writeFile(t, filepath.Join(dir, JournalName), journal)
+		r := openFile(t, dir, FileOptions{ReadOnly: true}) // the reader's view, without writing
+		wantLog(t, r, "agt_a", 5)
+		r.Close()
+		for i := 0; i < 2; i++ { // the second time as if the first replay had been cut short
+			s = openJournaled(t, dir, FileOptions{})
+			if got := scanAll(t, s, "agt_a"); len(got) != 5 {
+				t.Fatalf("%s: %d records after replay %d, want 5", name, len(got), i)
+			}
+			wantLog(t, s, "agt_a", 5)
+			s.Close()
+			writeFile(t, filepath.Join(dir, JournalName), journal)
+		}
 	}
+}
+
+// TestJournalRefusesHugeAppend: an append larger than a journal entry takes
+// is refused before anything is written; the log goes on.
+func TestJournalRefusesHugeAppend(t *testing.T) {
+	defer func(old int) { maxEntry = old }(maxEntry)
+	maxEntry = 300
+	s := openJournaled(t, t.TempDir(), FileOptions{})
+	defer s.Close()
+	mustCreate(t, s, "agt_a")
+	mustAppend(t, s, "agt_a", 0, 1)
+	if err := s.Append("agt_a", 1, rec("agt_a", 1), rec("agt_a", 2), rec("agt_a", 3), rec("agt_a", 4)); !errors.Is(err, ErrBadRecord) {
+		t.Fatalf("a 4-record append over the entry limit: %v, want ErrBadRecord", err)
+	}
+	mustAppend(t, s, "agt_a", 1, 1)
+	wantLog(t, s, "agt_a", 2)
 }
 
 // TestJournalMissingOrDamagedLog: a journaled log that is gone, or damaged

@@ -106,36 +106,21 @@ func (r *rawOPA) eval(ctx context.Context, in recordedInput) (time.Duration, err
 	return d, nil
 }
 
-// throughput evaluates n inputs, cycling through sample, on the given number
-// of goroutines, and returns evaluations per second: the most decisions per
-// second that OPA alone can make of this workload on this machine.
-func (r *rawOPA) throughput(ctx context.Context, sample []recordedInput, n, workers int) (float64, error) {
+// throughput evaluates every sampled input perInput times, on the given
+// number of goroutines, and returns evaluations per second: the most
+// decisions per second that OPA alone can make of this workload here.
+func (r *rawOPA) throughput(ctx context.Context, sample []recordedInput, perInput, workers int) (float64, error) {
 	if len(sample) == 0 {
 		return 0, fmt.Errorf("raw OPA: no inputs were recorded")
 	}
-	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for j := w; j < n; j += workers {
-				if _, err := r.eval(ctx, sample[j%len(sample)]); err != nil {
-					errs[w] = err
-					return
-				}
-			}
-		}(w)
+	lat, wall, err := drive(ctx, len(sample), workers, func(i, _ int) (lineage.Verdict, error) {
+		_, err := r.eval(ctx, sample[i])
+		return lineage.Verdict{}, err
+	}, perInput, nil)
+	if err != nil {
+		return 0, err
 	}
-	wg.Wait()
-	wall := time.Since(start)
-	for _, err := range errs {
-		if err != nil {
-			return 0, err
-		}
-	}
-	return float64(n) / wall.Seconds(), nil
+	return float64(len(lat)) / wall.Seconds(), nil
 }
 
 // idleStateBytes is the heap an idle agent (genesis and policy only) costs once

@@ -157,9 +157,34 @@ func celHolds(progs []cel.Program, idx, input *ast.Term) bool {
 type celActivation struct {
 	in  ast.Object
 	req ast.Object
+	// cel-go asks for a variable each time the expression reads it (in a
+	// comprehension, once per element): each is converted once and kept.
+	resolved [len(celVars)]resolvedVar
+}
+
+// celVars are the variables of celEnv, in the order of celActivation.resolved.
+var celVars = [...]string{"tool", "args", "state", "now"}
+
+type resolvedVar struct {
+	done, ok bool
+	v        any
 }
 
 func (a *celActivation) ResolveName(name string) (any, bool) {
+	for i, n := range celVars {
+		if n == name {
+			r := &a.resolved[i]
+			if !r.done {
+				r.v, r.ok = a.resolve(name)
+				r.done = true
+			}
+			return r.v, r.ok
+		}
+	}
+	return nil, false
+}
+
+func (a *celActivation) resolve(name string) (any, bool) {
 	switch name {
 	case "tool":
 		tool, ok := value(a.req.Get(ast.InternedTerm("tool"))).(ast.String)

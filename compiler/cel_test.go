@@ -343,3 +343,28 @@ func TestInputReads(t *testing.T) {
 		}
 	}
 }
+
+// TestCELConvertsEachVariableOnce: cel-go asks for a variable every time an
+// expression reads it, once per element in a comprehension; the input is
+// converted once per constraint, not per read (which made one request with
+// a 10,000-element list take seconds). Counted in allocations, not time.
+func TestCELConvertsEachVariableOnce(t *testing.T) {
+	c := mustCompile(t, "", "budget: 10\ntools: {t: {cost: 0, when: [{expr: 'args.items.all(x, x <= args.max)', reason: big}]}}\n")
+	pq := prepare(t, c)
+	const n = 2000
+	items := make([]string, n)
+	for i := range items {
+		items[i] = strconv.Itoa(i)
+	}
+	in := runtimeInput("t", `{"max": 100000, "items": [`+strings.Join(items, ",")+`]}`, time.Unix(1, 0), nil)
+	if got := verdict(t, pq, in); got != "allow ok" {
+		t.Fatalf("verdict %s, want allow ok", got)
+	}
+	allocs := testing.AllocsPerRun(1, func() { verdict(t, pq, in) })
+	// Converting args once is about n allocations and evaluating the
+	// comprehension a few per element; converting per read is about n*n.
+	t.Logf("%.0f allocations for %d elements", allocs, n)
+	if allocs > 30*n {
+		t.Errorf("%.0f allocations for one evaluation over %d elements: the input is converted per read", allocs, n)
+	}
+}

@@ -1,6 +1,7 @@
 package compiler_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -189,6 +190,20 @@ func TestWriteDir(t *testing.T) {
 		}
 		if m.Versions["lineage"] == "" {
 			t.Errorf("manifest versions %v", m.Versions)
+		}
+		// input.rule for whoever runs the modules without the runtime.
+		if len(c.Policy.Rego) > 0 {
+			if len(m.InputRules) != len(c.Policy.Tools) {
+				t.Errorf("manifest input rules %v, want one per tool of %v", m.InputRules, c.Policy.Tools)
+			}
+			for tool, r := range m.InputRules {
+				var got bytes.Buffer
+				if err := json.Compact(&got, r); err != nil || got.String() != string(c.Rules[tool]) {
+					t.Errorf("manifest input rule of %s: %s, want %s", tool, r, c.Rules[tool])
+				}
+			}
+		} else if m.InputRules != nil {
+			t.Errorf("manifest input rules %v for a policy without extensions", m.InputRules)
 		}
 		// Nothing left beside it: no temporary or old directories.
 		entries, _ := os.ReadDir(parent)

@@ -24,6 +24,11 @@ type Manifest struct {
 	// Capabilities names the OPA capabilities file that declares lineage.cel,
 	// present only when the policy has CEL constraints (`opa check --capabilities`).
 	Capabilities string `json:"capabilities,omitempty"`
+	// InputRules and InputDefaultRule are, for a policy with Rego extensions,
+	// what the runtime puts in input.rule for each tool (and for unlisted
+	// tools): whoever evaluates these modules without the runtime must too.
+	InputRules       map[string]json.RawMessage `json:"input_rules,omitempty"`
+	InputDefaultRule json.RawMessage            `json:"input_default_rule,omitempty"`
 }
 
 // WriteDir writes a compiled policy as a directory: the Rego modules, the
@@ -49,7 +54,8 @@ func WriteDir(c *policy.Compiled, dir string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	m := Manifest{Digest: c.Digest, Query: c.Query, Reject: c.RejectQuery, Data: "policy.json", Versions: versions()}
+	m := Manifest{Digest: c.Digest, Query: c.Query, Reject: c.RejectQuery, Data: "policy.json", Versions: versions(),
+		InputRules: c.Rules, InputDefaultRule: c.DefaultRule}
 	write := func(name string, data []byte) error {
 		path := filepath.Join(tmp, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

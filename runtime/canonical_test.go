@@ -3,6 +3,7 @@ package runtime
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -88,7 +89,9 @@ func TestCanonicalArgs(t *testing.T) {
 		case 3:
 			return nil
 		case 4:
-			return int64(r.IntN(1000) - 500)
+			// Go integers of every kind, at the edges of what is accepted.
+			return []any{int64(r.IntN(1000) - 500), int(1 << 53), int(-(1 << 53)), int32(math.MinInt32), uint32(math.MaxUint32),
+				int8(-128), uint8(255), int16(math.MaxInt16), uint16(math.MaxUint16), int64(1 << 53)}[r.IntN(10)]
 		case 5:
 			if depth > 3 {
 				return "leaf"

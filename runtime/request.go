@@ -312,7 +312,9 @@ func checkJSON(v any, depth int) *badValue {
 		}
 	case float32:
 		return checkJSON(float64(x), depth)
-	case int, int8, int16, int32, uint8, uint16, uint32:
+	case int8, int16, int32, uint8, uint16, uint32:
+	case int:
+		return checkJSON(int64(x), depth)
 	case int64:
 		if x > 1<<53 || x < -(1<<53) {
 			return &badValue{err: func(at string) error {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/runtime"
@@ -114,6 +115,8 @@ func TestMalformedRequests(t *testing.T) {
 		{"json.Number 1e400", lineage.Request{Tool: "pay", Args: map[string]any{"n": json.Number("1e400")}}},
 		{"json.Number garbage", lineage.Request{Tool: "pay", Args: map[string]any{"n": json.Number("12abc")}}},
 		{"int64 2^53+1", lineage.Request{Tool: "pay", Args: map[string]any{"n": int64(1<<53 + 1)}}},
+		{"int 2^53+1", lineage.Request{Tool: "pay", Args: map[string]any{"n": int(1<<53 + 1)}}},
+		{"int -(2^60)", lineage.Request{Tool: "pay", Args: map[string]any{"n": []any{int(-(1 << 60))}}}},
 		{"uint64 2^60", lineage.Request{Tool: "pay", Args: map[string]any{"n": uint64(1 << 60)}}},
 		{"float64 1e300", lineage.Request{Tool: "pay", Args: map[string]any{"n": 1e300}}},
 		{"float64 NaN", lineage.Request{Tool: "pay", Args: map[string]any{"n": math.NaN()}}},
@@ -610,5 +613,36 @@ func TestAssignedIDRetryAfterApproval(t *testing.T) {
 		if _, err := r.Request(bg, agent, lineage.Request{ID: "req_4", Tool: "pay", At: sec(5)}); !errors.Is(err, lineage.ErrBadRequest) {
 			t.Errorf("req_4 names the caller's request: %v, want bad_request", err)
 		}
+	}
+}
+
+// TestTimesARecordCannotHold: a time outside the years 0000-9999 is a bad
+// request (the record's time layout has four digits), for a request, an
+// approval, a kill and a new agent; nothing is recorded.
+func TestTimesARecordCannotHold(t *testing.T) {
+	st := newMem()
+	rt := runtime.Open(st, opts("years"))
+	c := mustCompileYAML(t, reqPolicy)
+	for _, at := range []time.Time{time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 12, 31, 0, 0, 0, 0, time.UTC)} {
+		if _, err := rt.CreateAgent(bg, c, runtime.CreateOptions{At: at}); !errors.Is(err, lineage.ErrBadRequest) {
+			t.Errorf("create at %v: %v, want bad_request", at, err)
+		}
+	}
+	agent := mustCreate(t, rt, c, runtime.CreateOptions{})
+	mustRequest(t, rt, agent, lineage.Request{ID: "w", Tool: "wire", At: sec(1)})
+	far := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	noTrace(t, rt, st, agent, "request in year 10000", func() {
+		if _, err := rt.Request(bg, agent, lineage.Request{Tool: "pay", At: far}); !errors.Is(err, lineage.ErrBadRequest) {
+			t.Errorf("request: %v, want bad_request", err)
+		}
+		if _, err := rt.Approve(bg, agent, runtime.Approval{RequestID: "w", By: "alice", At: far}); !errors.Is(err, lineage.ErrBadRequest) {
+			t.Errorf("approve: %v, want bad_request", err)
+		}
+		if _, err := rt.Terminate(bg, agent, runtime.Kill{By: "alice", At: far}); !errors.Is(err, lineage.ErrBadRequest) {
+			t.Errorf("kill: %v, want bad_request", err)
+		}
+	})
+	if err := rt.Verify(agent); err != nil {
+		t.Fatal(err)
 	}
 }

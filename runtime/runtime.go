@@ -143,6 +143,9 @@ func (r *Runtime) CreateAgent(ctx context.Context, c *policy.Compiled, o CreateO
 	if at.IsZero() {
 		at = r.opts.Clock()
 	}
+	if err := recordable(at); err != nil {
+		return "", err
+	}
 	id := r.opts.NewAgentID()
 	if err := r.store.Create(id); err != nil {
 		return "", fmt.Errorf("creating agent %s: %w", id, err)
@@ -295,6 +298,15 @@ func (a *agent) append(st store.Store, at time.Time, items ...item) error {
 	return nil
 }
 
+// recordable refuses a time a record cannot hold: its layout (SPEC §1,
+// lineage.TimeLayout) has a four-digit year.
+func recordable(at time.Time) error {
+	if y := at.UTC().Year(); y < 0 || y > 9999 {
+		return badRequest("time %s is outside the years 0000-9999 that a record can hold", at.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
 // timeFor resolves a request's time: the given one, which must not be earlier
 // than the last record (D7), or the clock, held at the last record's time if
 // the clock stepped back.
@@ -304,7 +316,10 @@ func (r *Runtime) timeFor(a *agent, at time.Time) (time.Time, error) {
 		if now.Before(a.f.lastAt) {
 			now = a.f.lastAt
 		}
-		return now, nil
+		return now, recordable(now)
+	}
+	if err := recordable(at); err != nil {
+		return time.Time{}, err
 	}
 	if at.Before(a.f.lastAt) {
 		return time.Time{}, fmt.Errorf("%w: %s is earlier than the log's last record (%s)",

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -139,5 +140,31 @@ func TestCanonicalArgs(t *testing.T) {
 	}
 	if plain < 2000 {
 		t.Fatalf("only %d args took the direct path; the test must exercise it", plain)
+	}
+}
+
+// TestDecodedPlain: copying plain args is the same as decoding their
+// canonical JSON, which is what the state keeps of a pending request.
+func TestDecodedPlain(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for i := 0; i < 5000; i++ {
+		args := map[string]any{
+			"n": []any{int(r.IntN(1 << 20)), int8(-3), uint16(7), int64(-(1 << 53)), json.Number("42")},
+			"s": "x\u2028y", "b": r.IntN(2) == 0, "z": nil, "e": []any(nil), "m": map[string]any(nil),
+			"o": map[string]any{"k": []any{map[string]any{"deep": uint32(r.Uint32())}}},
+		}
+		canon, err := canonicalArgs(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(canon))
+		dec.UseNumber()
+		var want map[string]any
+		if err := dec.Decode(&want); err != nil {
+			t.Fatal(err)
+		}
+		if got := decodedPlain(args); !reflect.DeepEqual(got, any(want)) {
+			t.Fatalf("decodedPlain(%v) = %#v, want %#v", args, got, want)
+		}
 	}
 }

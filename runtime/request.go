@@ -133,6 +133,9 @@ func (cr *checkedRequest) value() (ast.Value, error) {
 // argsMap decodes the canonical args (numbers as json.Number): the args as the
 // log records them, owned by the runtime. Only a pending request keeps them.
 func (cr *checkedRequest) argsMap() (map[string]any, error) {
+	if cr.args == nil && cr.plain != nil {
+		cr.args, _ = decodedPlain(cr.plain).(map[string]any)
+	}
 	if cr.args == nil {
 		dec := json.NewDecoder(bytesReader(cr.canonArgs))
 		dec.UseNumber()
@@ -189,6 +192,35 @@ func plainJSON(v any) bool {
 		return true
 	}
 	return false
+}
+
+// decodedPlain copies a plainJSON value as decoding its canonical JSON
+// (numbers as json.Number) would make it, without the JSON round trip:
+// integers become json.Number, a nil slice or map null.
+func decodedPlain(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		if x == nil {
+			return nil
+		}
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = decodedPlain(e)
+		}
+		return out
+	case []any:
+		if x == nil {
+			return nil
+		}
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = decodedPlain(e)
+		}
+		return out
+	case nil, bool, string, json.Number:
+		return x
+	}
+	return json.Number(appendPlainJSON(nil, v)) // an integer of a Go type
 }
 
 // appendPlainJSON writes the canonical JSON of a plainJSON value: object

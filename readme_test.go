@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -305,4 +306,63 @@ func TestWalkthrough(t *testing.T) {
 	if !strings.HasSuffix(strings.TrimSpace(string(out)), "walkthrough: ok") {
 		t.Errorf("walkthrough.sh did not end with \"walkthrough: ok\":\n%s", out)
 	}
+}
+
+// TestDocsLinks: every relative link in the README, docs/ and examples/README.md
+// names a file of the repository, and every #anchor a heading of that file
+// (as GitHub spells heading anchors).
+func TestDocsLinks(t *testing.T) {
+	pages, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages = append(pages, "README.md", "examples/README.md")
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	for _, page := range pages {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(stripCode(string(b)), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, anchor, _ := strings.Cut(target, "#")
+			path := page
+			if file != "" {
+				path = filepath.Join(filepath.Dir(page), file)
+			}
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s: link %s: %v", page, target, err)
+				continue
+			}
+			if anchor != "" && !slices.Contains(anchors(t, path), anchor) {
+				t.Errorf("%s: link %s: %s has no heading with anchor #%s", page, target, path, anchor)
+			}
+		}
+	}
+}
+
+// stripCode drops fenced code blocks and inline code, where ](…) is not a link.
+func stripCode(s string) string {
+	s = regexp.MustCompile("(?s)```.*?```").ReplaceAllString(s, "")
+	return regexp.MustCompile("`[^`\n]*`").ReplaceAllString(s, "")
+}
+
+// anchors lists the heading anchors of a Markdown file: the heading's text in
+// lower case, without punctuation, spaces turned into hyphens.
+func anchors(t *testing.T, path string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	drop := regexp.MustCompile(`[^\p{L}\p{N} _-]`)
+	for _, l := range strings.Split(stripCode(string(b)), "\n") {
+		if h := strings.TrimLeft(l, "#"); h != l && strings.HasPrefix(h, " ") {
+			out = append(out, strings.ReplaceAll(drop.ReplaceAllString(strings.ToLower(strings.TrimSpace(h)), ""), " ", "-"))
+		}
+	}
+	return out
 }

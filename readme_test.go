@@ -131,6 +131,7 @@ func TestReadmeQuickStart(t *testing.T) {
 		t.Fatal("README.md: the Quick start shows no policy")
 	}
 	runScript(t, dir, script.String())
+	approved := ""
 	for n, c := range checks {
 		read := func(name string) string {
 			b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("%s.%d", name, n)))
@@ -157,6 +158,21 @@ func TestReadmeQuickStart(t *testing.T) {
 				t.Errorf("%s: %s\nthe comment says %q: %v\nprinted %s", c.line, c.cmd, claim, err, out)
 			}
 		}
+		if strings.Contains(c.cmd, " approve ") {
+			approved = out
+		}
+	}
+	// The verdict the README shows after the commands is what approve printed.
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := ""
+	if m := regexp.MustCompile(`(?m)^    (\{"decision".*)$`).FindSubmatch(readme); m != nil {
+		shown = string(m[1])
+	}
+	if shown != approved {
+		t.Errorf("the README shows the approval's verdict as\n%s\napprove printed\n%s", shown, approved)
 	}
 }
 

@@ -2,6 +2,7 @@ package lineage_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lineage-guard/lineage/conformance"
 	"github.com/lineage-guard/lineage/schema"
 )
 
@@ -27,18 +29,25 @@ type fence struct {
 	line       int // of the opening fence
 }
 
-// fences returns the fenced blocks of the section whose heading is title.
+// fences returns the fenced blocks of README.md's section whose heading is title.
 func fences(t *testing.T, title string) []fence {
 	t.Helper()
-	b, err := os.ReadFile("README.md")
+	return fencesOf(t, "README.md", title)
+}
+
+// fencesOf returns the fenced blocks of a Markdown file's section whose
+// heading ("## title") is title, or of the whole file for "".
+func fencesOf(t *testing.T, file, title string) []fence {
+	t.Helper()
+	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []fence
-	in, cur := false, (*fence)(nil)
+	in, cur := title == "", (*fence)(nil)
 	for i, l := range strings.Split(string(b), "\n") {
 		switch {
-		case strings.HasPrefix(l, "## "):
+		case title != "" && cur == nil && strings.HasPrefix(l, "## "):
 			in = strings.TrimPrefix(l, "## ") == title
 		case !in:
 		case cur == nil && strings.HasPrefix(l, "```"):
@@ -51,7 +60,7 @@ func fences(t *testing.T, title string) []fence {
 		}
 	}
 	if len(out) == 0 {
-		t.Fatalf("README.md: no code blocks under %q", title)
+		t.Fatalf("%s: no code blocks under %q", file, title)
 	}
 	return out
 }
@@ -381,4 +390,35 @@ func anchors(t *testing.T, path string) []string {
 		}
 	}
 	return out
+}
+
+// TestDocsCaseExample runs the case file that docs/cases.md shows through the
+// conformance runner: every case of it must pass.
+func TestDocsCaseExample(t *testing.T) {
+	dir := t.TempDir()
+	n := 0
+	for _, f := range fencesOf(t, "docs/cases.md", "") {
+		if f.lang != "yaml" || !strings.Contains(f.text, "\ncases:") {
+			continue
+		}
+		n++
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("example%d.yaml", n)), []byte(f.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n == 0 {
+		t.Fatal("docs/cases.md shows no case file")
+	}
+	rep, err := conformance.RunPaths(context.Background(), []string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Results {
+		if r.Status != "pass" {
+			t.Errorf("docs/cases.md: %s: %s\n%s", r.Name, r.Status, strings.Join(r.Failures, "\n"))
+		}
+	}
+	if !rep.OK() {
+		t.Errorf("docs/cases.md example: %d passed, %d failed", rep.Passed, rep.Failed)
+	}
 }

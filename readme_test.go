@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/conformance"
 	"github.com/lineage-guard/lineage/schema"
 )
@@ -420,5 +421,25 @@ func TestDocsCaseExample(t *testing.T) {
 	}
 	if !rep.OK() {
 		t.Errorf("docs/cases.md example: %d passed, %d failed", rep.Passed, rep.Failed)
+	}
+}
+
+// TestDocsPolicyExamples: every policy the reference pages show (a YAML
+// block with a budget) compiles.
+func TestDocsPolicyExamples(t *testing.T) {
+	n := 0
+	for _, page := range []string{"docs/policy.md", "docs/extensions.md"} {
+		for _, f := range fencesOf(t, page, "") {
+			if f.lang != "yaml" || !strings.Contains(f.text, "budget:") {
+				continue
+			}
+			n++
+			if _, err := compiler.Compile(fmt.Sprintf("%s:%d", page, f.line), []byte(f.text)); err != nil {
+				t.Errorf("%s:%d: the example policy does not compile:\n%v", page, f.line, err)
+			}
+		}
+	}
+	if n < 2 {
+		t.Errorf("found %d example policies, want the CEL and the extension examples", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -143,6 +144,7 @@ type fileLog struct {
 	size  int64    // bytes of complete, durable records
 	count uint64   // records in those bytes
 	tail  bool     // the file has bytes beyond size: cut them before writing
+	nl    bool     // the last record lacks its newline: write it first
 	err   error    // sticky: the log is damaged or broken
 	refs  int      // Scans reading f without mu
 
@@ -393,7 +395,7 @@ func (s *File) open(l *fileLog) error {
 			f.Close()
 			return err
 		default:
-			l.size, l.count, l.tail = res.good, res.count, res.end > res.good
+			l.size, l.count, l.tail, l.nl = res.good, res.count, res.end > res.good, res.unterminated
 		}
 		l.known = true
 	} else if st, err := f.Stat(); err != nil {
@@ -460,6 +462,9 @@ func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 	if cap(b) < total+len(recs) {
 		b = make([]byte, 0, total+len(recs))
 	}
+	if l.nl {
+		b = append(b, '\n') // the last record's missing newline (D40)
+	}
 	for _, r := range recs {
 		b = append(b, r...)
 		b = append(b, '\n')
@@ -491,7 +496,11 @@ func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 		return err
 	}
 
-	l.req = commitReq{firstSeq: firstSeq, lines: b}
+	lines := b
+	if l.nl {
+		lines = b[1:]
+	}
+	l.req = commitReq{firstSeq: firstSeq, lines: lines}
 	err = s.commit.commit(l)
 	l.req.lines = nil
 	if err != nil {
@@ -507,6 +516,7 @@ func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 	}
 	l.size += int64(len(b))
 	l.count += uint64(len(recs))
+	l.nl = false
 	return nil
 }
 
@@ -540,6 +550,19 @@ func (s *File) Scan(agent string, fn func(seq uint64, rec []byte) error) error {
 		return s.scanWithJournal(agent, jl, fn)
 	}
 	if err := s.damaged[agent]; err != nil {
+		// The records before the damage are intact: passed on, as for
+		// damage found in the log itself.
+		var damage *DamageError
+		if errors.As(err, &damage) && damage.Seq > 0 {
+			f, ferr := os.Open(damage.Path)
+			if ferr != nil {
+				return err
+			}
+			defer f.Close()
+			if serr := scanPrefix(agent, damage.Path, f, -1, damage.Seq, fn); serr != nil {
+				return serr
+			}
+		}
 		return err
 	}
 	l, err := s.log(agent)
@@ -575,9 +598,8 @@ func (s *File) Scan(agent string, fn func(seq uint64, rec []byte) error) error {
 }
 
 // scanWithJournal is Scan, for a read-only store, of a log that a crashed
-// writer's journal continues: the log's records up to the journal's first,
-// then the journal's (see replayLog: the log's own records from there on may
-// be torn or stale).
+// writer's journal continues: what the next writer's replay will make of it
+// (see planReplay), without writing.
 func (s *File) scanWithJournal(agent string, jl journalLog, fn func(seq uint64, rec []byte) error) error {
 	if jl.err != nil {
 		return jl.err
@@ -585,39 +607,51 @@ func (s *File) scanWithJournal(agent string, jl journalLog, fn func(seq uint64, 
 	path := s.Path(agent)
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return &DamageError{Agent: agent, Path: path, Reason: fmt.Sprintf("the log is missing, and the journal holds its records from %d", jl.first)}
+		return &DamageError{Agent: agent, Path: path, Reason: fmt.Sprintf("the log is missing, and the journal holds its records from %d", jl.first())}
 	}
 	if err != nil {
 		return fmt.Errorf("store: %s: open: %w", agent, err)
 	}
 	defer f.Close()
-	res, err := scanLines(agent, path, f, -1, func(n uint64, line []byte) error {
-		if n == jl.first {
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("store: %s: %w", agent, err)
+	}
+	p, err := planReplay(agent, path, f, st.Size(), jl)
+	if err != nil {
+		return err
+	}
+	if err := scanPrefix(agent, path, f, p.cut, p.keep, fn); err != nil {
+		return err
+	}
+	for i, rec := range p.write {
+		if err := fn(p.keep+uint64(i), rec); err != nil {
+			return err
+		}
+	}
+	return p.lost
+}
+
+// scanPrefix passes fn the log's records before seq n, read from the file's
+// first limit bytes (limit < 0: all of it).
+func scanPrefix(agent, path string, r io.ReaderAt, limit int64, n uint64, fn func(seq uint64, rec []byte) error) error {
+	_, err := scanLines(agent, path, r, limit, func(seq uint64, line []byte) error {
+		if seq >= n {
 			return errFound
 		}
-		return fn(n, line)
+		return fn(seq, line)
 	})
 	var stop errStop
 	var damage *DamageError
 	switch {
 	case errors.As(err, &stop) && stop.err == errFound:
+		return nil
 	case errors.As(err, &stop):
 		return stop.err
-	case errors.As(err, &damage) && damage.Seq == jl.first:
-		// Damage from the journal's first record on: the journal's records
-		// stand in for those (see replayLog).
-	case err != nil:
-		return err
-	case res.count < jl.first:
-		return &DamageError{Agent: agent, Path: path, Seq: res.count, Offset: res.good,
-			Reason: fmt.Sprintf("the log ends before record %d, which the journal continues", jl.first)}
+	case errors.As(err, &damage) && damage.Seq >= n:
+		return nil
 	}
-	for i, rec := range jl.recs {
-		if err := fn(jl.first+uint64(i), rec); err != nil {
-			return err
-		}
-	}
-	return nil
+	return err
 }
 
 // Agents implements Store: the ids of the *.jsonl files in the directory.

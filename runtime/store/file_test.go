@@ -161,7 +161,8 @@ func TestFileCloseWaits(t *testing.T) {
 
 // TestFileTornTail cuts the file at every byte of its last record, as a crash
 // in the middle of a write may, and checks that each reopen sees the records
-// before it, and that the next Append replaces the torn bytes.
+// before it, and that the next Append replaces the torn bytes. (A cut of the
+// newline alone leaves a whole record: TestFileMissingNewline.)
 func TestFileTornTail(t *testing.T) {
 	const n = 6
 	dir := t.TempDir()
@@ -180,7 +181,7 @@ func TestFileTornTail(t *testing.T) {
 		t.Fatalf("unexpected file layout %q", orig)
 	}
 	next := []byte(`{"new":1}`) // shorter than the torn bytes: they must be cut, not overwritten
-	for cut := start; cut < len(orig); cut++ {
+	for cut := start; cut < len(orig)-1; cut++ {
 		if err := os.WriteFile(path, orig[:cut], 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -655,4 +656,74 @@ func TestFileCrash(t *testing.T) {
 		total += int(n)
 	}
 	t.Logf("%d agents, %d acknowledged appends, %d records found, %d torn tails recovered", len(ids), acks, total, torn)
+}
+
+// TestFileMissingNewline: a final record that lacks only its newline is a
+// whole record (D40): Scan passes it, ScanFile (what verify of a file reads)
+// agrees, and the next Append writes the newline before its records, in
+// every sync mode; a crash after that append (the journal replayed) keeps it.
+func TestFileMissingNewline(t *testing.T) {
+	for _, mode := range syncModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			const n = 4
+			dir := t.TempDir()
+			s := openFile(t, dir, FileOptions{Sync: mode})
+			mustCreate(t, s, "agt_a")
+			mustAppend(t, s, "agt_a", 0, n)
+			s.Close()
+			path := s.Path("agt_a")
+			orig := readFile(t, path)
+			writeFile(t, path, orig[:len(orig)-1])
+
+			seen := 0
+			torn, err := ScanFile(path, func(seq uint64, r []byte) error {
+				if !bytes.Equal(r, rec("agt_a", seq)) {
+					t.Errorf("ScanFile: record %d = %q", seq, r)
+				}
+				seen++
+				return nil
+			})
+			if err != nil || torn != 0 || seen != n {
+				t.Fatalf("ScanFile: %d records, %d torn bytes, %v; want %d, 0", seen, torn, err, n)
+			}
+			s = openFile(t, dir, FileOptions{Sync: mode})
+			wantLog(t, s, "agt_a", n)
+			mustAppend(t, s, "agt_a", n, 2)
+			wantLog(t, s, "agt_a", n+2)
+			crashed := t.TempDir() // the files as a kill -9 leaves them
+			copyDir(t, dir, crashed)
+			s.Close()
+			want := string(orig) + string(rec("agt_a", n)) + "\n" + string(rec("agt_a", n+1)) + "\n"
+			if got := readFile(t, path); string(got) != want {
+				t.Fatalf("file = %q, want %q", got, want)
+			}
+			// The append did not reach the log (a machine crash): the
+			// journal's replay writes the newline too.
+			writeFile(t, filepath.Join(crashed, "agt_a"+Ext), orig[:len(orig)-1])
+			r := openFile(t, crashed, FileOptions{Sync: mode})
+			defer r.Close()
+			if _, err := os.Stat(filepath.Join(crashed, JournalName)); err == nil && r.SyncMode() == SyncJournal {
+				wantLog(t, r, "agt_a", n+2)
+				if got := readFile(t, filepath.Join(crashed, "agt_a"+Ext)); string(got) != want {
+					t.Fatalf("replayed file = %q, want %q", got, want)
+				}
+			} else {
+				wantLog(t, r, "agt_a", n)
+			}
+		})
+	}
+}
+
+// copyDir copies the regular files of src into dst.
+func copyDir(t testing.TB, src, dst string) {
+	t.Helper()
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Type().IsRegular() {
+			writeFile(t, filepath.Join(dst, e.Name()), readFile(t, filepath.Join(src, e.Name())))
+		}
+	}
 }

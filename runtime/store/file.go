@@ -147,6 +147,8 @@ type fileLog struct {
 	nl    bool     // the last record lacks its newline: write it first
 	err   error    // sticky: the log is damaged or broken
 	refs  int      // Scans reading f without mu
+	// created: this store made the log (Agents lists it while it is empty).
+	created atomic.Bool
 
 	elem *list.Element // in handles, iff f != nil; guarded by handles.mu
 	req  commitReq     // see commitReq
@@ -203,6 +205,14 @@ func OpenFile(dir string, opts FileOptions) (*File, error) {
 		mode = SyncFiles
 		if syncfsTrusted(dirF) {
 			mode = SyncJournal
+		}
+	}
+	if !opts.ReadOnly {
+		// First records that a crash kept from being renamed into place.
+		if leftovers, _ := filepath.Glob(filepath.Join(dir, createPrefix+"*")); len(leftovers) > 0 {
+			for _, name := range leftovers {
+				os.Remove(name)
+			}
 		}
 	}
 	s := &File{dir: dir, dirF: dirF, lock: lock, opts: opts, drained: make(chan struct{}, 1)}
@@ -319,18 +329,11 @@ func (s *File) Create(agent string) error {
 		f.Close()
 	}
 	if !l.known {
-		l.known, l.size, l.count, l.tail, l.err = true, 0, 0, false, nil
+		l.known, l.size, l.count, l.tail, l.nl, l.err = true, 0, 0, false, false, nil
 	}
-	l.req = commitReq{full: true, dir: true}
-	if err := s.commit.commit(l); err != nil {
-		// The name may or may not be durable: take it back, so the caller's
-		// retry starts from nothing.
-		s.handles.remove(l)
-		l.f.Close()
-		l.f, l.known = nil, false
-		os.Remove(path)
-		return fmt.Errorf("store: %s: create: %w", agent, err)
-	}
+	l.created.Store(true)
+	// Nothing is synced: an empty log is not listed after a crash (see
+	// Agents), and the first records make the log durable (appendFirst).
 	return nil
 }
 
@@ -451,6 +454,9 @@ func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 	if len(recs) == 0 {
 		return nil
 	}
+	if l.count == 0 && l.refs == 0 {
+		return s.appendFirst(l, recs)
+	}
 	if l.tail {
 		if err := s.truncate(l, "cut torn tail"); err != nil {
 			return err
@@ -519,6 +525,55 @@ func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 	l.nl = false
 	return nil
 }
+
+// appendFirst writes the first records of an empty log so that a crash at
+// any moment leaves the log empty or holding all of them (D41): they go to a
+// temporary file, which is synced and renamed over the empty log, and the
+// directory is synced. The caller holds l.mu; no Scan is reading l.f.
+func (s *File) appendFirst(l *fileLog, recs [][]byte) error {
+	b := joinLines(recs)
+	tmp, err := os.CreateTemp(s.dir, createPrefix+l.agent+"-*")
+	if err != nil {
+		return fmt.Errorf("store: %s: append at seq 0: %w", l.agent, err)
+	}
+	h := s.opts.hooks
+	if h != nil && h.write != nil {
+		_, err = h.write(l.agent, tmp, b, 0)
+	} else {
+		_, err = tmp.WriteAt(b, 0)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if err == nil && h != nil && h.sync != nil {
+		err = h.sync(l.agent)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), l.path)
+	}
+	if err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return fmt.Errorf("store: %s: append at seq 0: %w (%s)", l.agent, err, l.path)
+	}
+	s.handles.remove(l)
+	l.f.Close()
+	l.f = tmp
+	s.handles.add(l)
+	l.size, l.count, l.tail, l.nl = int64(len(b)), uint64(len(recs)), false, false
+	if err := syncDir(s.dirF); err != nil {
+		// The records are in the log, but whether its new name is durable
+		// is not known: refuse further appends until the store is reopened.
+		l.err = fmt.Errorf("%w: %s: syncing the directory after its first records: %v (%s)", ErrBroken, l.agent, err, l.path)
+		return fmt.Errorf("store: %s: append at seq 0: %w", l.agent, err)
+	}
+	return nil
+}
+
+// createPrefix starts the name of the temporary file of a log's first
+// records (a leading dot: no agent id can take it). OpenFile removes those a
+// crash left.
+const createPrefix = ".create-"
 
 // truncate cuts l's file back to l.size and syncs the cut; on failure the log
 // is broken. The caller holds l.mu.
@@ -654,26 +709,34 @@ func scanPrefix(agent, path string, r io.ReaderAt, limit int64, n uint64, fn fun
 	return err
 }
 
-// Agents implements Store: the ids of the *.jsonl files in the directory.
+// createdHere says whether this store created agent's log.
+func (s *File) createdHere(agent string) bool {
+	v, ok := s.logs.Load(agent)
+	return ok && v.(*fileLog).created.Load()
+}
+
+// Agents implements Store: the ids of the *.jsonl files in the directory,
+// but for empty ones that this store did not create: an empty log is a Create
+// whose first records never became durable (D41).
 func (s *File) Agents() ([]string, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
 	defer s.exit()
-	d, err := os.Open(s.dir)
+	ents, err := os.ReadDir(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("store: list %s: %w", s.dir, err)
 	}
-	defer d.Close()
-	names, err := d.Readdirnames(-1)
-	if err != nil {
-		return nil, fmt.Errorf("store: list %s: %w", s.dir, err)
-	}
-	ids := names[:0]
-	for _, n := range names {
-		if id, ok := strings.CutSuffix(n, Ext); ok && checkAgent(id) == nil {
-			ids = append(ids, id)
+	var ids []string
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), Ext)
+		if !ok || checkAgent(id) != nil {
+			continue
 		}
+		if info, err := e.Info(); err != nil || info.Size() == 0 && !s.createdHere(id) {
+			continue // gone since, or an empty log: a create that never got its first records (D41)
+		}
+		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	return ids, nil

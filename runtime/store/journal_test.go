@@ -278,6 +278,7 @@ func TestJournalReplayOpensOneLogAtATime(t *testing.T) {
 		id := fmt.Sprintf("agt_%03d", i)
 		mustCreate(t, s, id)
 		mustAppend(t, s, id, 0, 1)
+		mustAppend(t, s, id, 1, 1) // journaled (the first records are not: D41)
 	}
 	journal := readFile(t, filepath.Join(dir, JournalName))
 	s.Close()
@@ -294,7 +295,7 @@ func TestJournalReplayOpensOneLogAtATime(t *testing.T) {
 	defer syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
 	s = openJournaled(t, dir, FileOptions{MaxOpenFiles: 32})
 	defer s.Close()
-	wantLog(t, s, "agt_299", 1)
+	wantLog(t, s, "agt_299", 2)
 }
 
 // TestJournalSyncFailureNotRevived: an append whose log fails to sync (the

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Ext is the file name extension of a log in a File store's directory.
@@ -77,6 +78,12 @@ type FileOptions struct {
 	// WaitForLock waits for another process to release the directory instead
 	// of failing at once with ErrLocked.
 	WaitForLock bool
+	// LockTimeout, with WaitForLock, bounds the wait: after it OpenFile fails
+	// with ErrLocked, naming the holder. Zero waits for as long as it takes.
+	LockTimeout time.Duration
+	// OnLockWait, with WaitForLock, is called once, before waiting, when the
+	// directory is found locked: with what the lock file says of its holder.
+	OnLockWait func(holder LockHolder)
 
 	hooks *fileHooks // tests only: failure injection
 }
@@ -181,13 +188,13 @@ func OpenFile(dir string, opts FileOptions) (*File, error) {
 		probe.Close()
 		os.Remove(probe.Name())
 	}
-	lock, err := lockDir(filepath.Join(dir, LockName), opts.ReadOnly, opts.WaitForLock)
+	lock, err := lockDir(filepath.Join(dir, LockName), opts)
 	if err != nil {
 		return nil, err
 	}
 	dirF, err := os.Open(dir)
 	if err != nil {
-		unlockDir(lock)
+		unlockDir(lock, opts.ReadOnly)
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
 	if opts.SyncWorkers <= 0 {
@@ -219,7 +226,7 @@ func OpenFile(dir string, opts FileOptions) (*File, error) {
 	s.handles.max = opts.MaxOpenFiles
 	fail := func(err error) (*File, error) {
 		dirF.Close()
-		unlockDir(lock)
+		unlockDir(lock, opts.ReadOnly)
 		return nil, err
 	}
 	var (
@@ -771,6 +778,6 @@ func (s *File) Close() error {
 	if err := s.dirF.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("store: close %s: %w", s.dir, err))
 	}
-	unlockDir(s.lock)
+	unlockDir(s.lock, s.opts.ReadOnly)
 	return errors.Join(errs...)
 }

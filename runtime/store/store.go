@@ -39,8 +39,9 @@ type Store interface {
 	Append(agent string, firstSeq uint64, recs ...[]byte) error
 	// Scan calls fn with each record of agent's log in order (seq 0 first). The
 	// slice is only valid during the call. A torn tail (a final record that was
-	// only partly written, i.e. without its terminating newline) is not passed
-	// to fn and is discarded before the next Append. ErrNotFound if no log.
+	// only partly written: no terminating newline, and not a whole JSON value)
+	// is not passed to fn and is discarded before the next Append; a final
+	// record that lacks only its newline is a record. ErrNotFound if no log.
 	// An error from fn stops the scan and is returned unchanged. Scan sees the
 	// records acknowledged before it began; fn may Append to the log it scans
 	// (it must not modify rec, nor Close the store). Bytes that cannot be a

@@ -27,6 +27,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -62,7 +63,9 @@ func (e *exitError) Unwrap() error { return e.err }
 
 // globalParams are the persistent flags every command sees.
 type globalParams struct {
-	data string // --data; "" means $LINEAGE_DATA, else ./.lineage
+	data        string        // --data; "" means $LINEAGE_DATA, else ./.lineage
+	lockTimeout time.Duration // --lock-timeout: how long to wait for the data directory's lock
+	stderr      io.Writer     // where a wait for the lock is announced
 }
 
 // dataDir resolves the data directory of the agent commands.
@@ -96,7 +99,7 @@ var commands = []func(*globalParams) *cobra.Command{
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
-	g := &globalParams{}
+	g := &globalParams{stderr: stderr}
 	root := &cobra.Command{
 		Use:   "lineagec",
 		Short: "Guard AI agents with policies and hash-chained logs",
@@ -108,6 +111,8 @@ conformance suites.` + "\n" + exitCodesHelp,
 	}
 	root.PersistentFlags().StringVar(&g.data, "data", "",
 		"data directory of the agent logs (default $LINEAGE_DATA, else ./.lineage)")
+	root.PersistentFlags().DurationVar(&g.lockTimeout, "lock-timeout", 10*time.Second,
+		"how long to wait for another process to release the data directory (0: do not wait)")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {

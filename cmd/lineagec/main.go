@@ -92,6 +92,7 @@ var commands = []func(*globalParams) *cobra.Command{
 	newVerifyCmd,
 	newTestCmd,
 	newBenchCmd,
+	newStoreCmd,
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -293,4 +294,31 @@ func TestOutage(t *testing.T) {
 	storetest.WantLog(t, s, "agt_a", 2)
 	storetest.MustAppend(t, s, "agt_a", 2, 1)
 	storetest.WantLog(t, s, "agt_a", 3)
+}
+
+// TestScanChunks scans a log longer than a round trip's chunk while fn
+// appends to it: Scan passes every record it began with, in order, and none
+// appended since.
+func TestScanChunks(t *testing.T) {
+	s := open(t, pgtest.URL(t))
+	storetest.MustCreate(t, s, "agt_a")
+	const n = 2*scanChunk + 345
+	for seq := 0; seq < n; seq += 100 {
+		storetest.MustAppend(t, s, "agt_a", uint64(seq), min(100, n-seq))
+	}
+	k := uint64(0)
+	err := s.Scan("agt_a", func(seq uint64, rec []byte) error {
+		if seq != k || !bytes.Equal(rec, storetest.Rec("agt_a", seq)) {
+			return fmt.Errorf("record %d: seq %d, %q", k, seq, rec)
+		}
+		k++
+		if seq%scanChunk == scanChunk-1 { // appends between the chunks' round trips
+			return s.Append("agt_a", n+seq/scanChunk, storetest.Rec("agt_a", n+seq/scanChunk))
+		}
+		return nil
+	})
+	if err != nil || k != n {
+		t.Fatalf("Scan: %d records, %v; want %d", k, err, n)
+	}
+	storetest.WantLog(t, s, "agt_a", n+2)
 }

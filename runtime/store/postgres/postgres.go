@@ -299,8 +299,8 @@ func (s *Store) send(ctx context.Context, group []*appendReq) ([]bool, error) {
 			var n int64
 			if err = br.QueryRow().Scan(&n); err == nil {
 				landed[i] = n == int64(len(r.recs))
-				if n != 0 && !landed[i] { // cannot happen: the statement lands all or nothing
-					err = fmt.Errorf("store: postgres: %s: %d of %d records landed", r.agent, n, len(r.recs))
+				if n != 0 && !landed[i] { // the statement lands all or nothing
+					err = fmt.Errorf("%w: %s: %d of %d records landed", errBug, r.agent, n, len(r.recs))
 				}
 			}
 		}
@@ -479,11 +479,18 @@ func (s *Store) Close() error {
 	return nil
 }
 
+// errBug marks an answer of the database that the store's statements rule
+// out: a bug, not an outage.
+var errBug = errors.New("store: postgres: unexpected answer of the database")
+
 // mapErr turns an error of pgx into the store's: the one place where
 // PostgreSQL's errors meet the sentinels. doing and agent say what failed.
 func mapErr(err error, doing, agent string) error {
 	where := strings.TrimSpace(doing + " " + agent)
 	var pg *pgconn.PgError
+	if errors.Is(err, errBug) {
+		return fmt.Errorf("%s: %w", where, err)
+	}
 	if !errors.As(err, &pg) {
 		// Not an answer of the server: the connection failed, timed out or
 		// could not be made.

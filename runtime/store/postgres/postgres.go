@@ -497,8 +497,10 @@ func mapErr(err error, doing, agent string) error {
 		return fmt.Errorf("%w: postgres: %s: %w", store.ErrUnavailable, where, err)
 	}
 	switch {
-	case pg.Code == "23505": // unique_violation: the seq is taken
+	case pg.Code == "23505" && pg.ConstraintName == "lineage_records_pkey": // the seq is taken
 		return fmt.Errorf("%w: %s: %s", store.ErrSeq, where, pg.Message)
+	case pg.Code == "23505" && pg.ConstraintName == "lineage_agents_pkey":
+		return fmt.Errorf("%w: %s: %s", store.ErrExists, where, pg.Message)
 	case strings.HasPrefix(pg.Code, "08"), // connection exception
 		pg.Code == "57P01", pg.Code == "57P02", pg.Code == "57P03", // shutting down, starting up
 		pg.Code == "53300", pg.Code == "53400": // too many connections, configuration limit

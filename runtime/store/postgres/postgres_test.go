@@ -322,3 +322,26 @@ func TestScanChunks(t *testing.T) {
 	}
 	storetest.WantLog(t, s, "agt_a", n+2)
 }
+
+// TestFirstUseRace opens several stores at once on an empty database, as
+// nodes starting together would: the schema is made once, every Open works.
+func TestFirstUseRace(t *testing.T) {
+	url := pgtest.URL(t)
+	const nodes = 6
+	stores := make([]*Store, nodes)
+	errs := make([]error, nodes)
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Go(func() { stores[i], errs[i] = Open(context.Background(), url, Options{}) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: Open: %v", i, err)
+		}
+		defer stores[i].Close()
+	}
+	storetest.MustCreate(t, stores[0], "agt_a")
+	storetest.MustAppend(t, stores[1], "agt_a", 0, 2)
+	storetest.WantLog(t, stores[nodes-1], "agt_a", 2)
+}

@@ -345,3 +345,43 @@ func TestFirstUseRace(t *testing.T) {
 	storetest.MustAppend(t, stores[1], "agt_a", 0, 2)
 	storetest.WantLog(t, stores[nodes-1], "agt_a", 2)
 }
+
+// TestCloseWhileAppending closes a store under 50 appending agents: each
+// Append returns nil or ErrClosed, and every acknowledged record is in the
+// database for the next store.
+func TestCloseWhileAppending(t *testing.T) {
+	url := pgtest.URL(t)
+	s, err := Open(context.Background(), url, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const agents = 50
+	acked := make([]uint64, agents)
+	var wg sync.WaitGroup
+	for a := range agents {
+		id := fmt.Sprintf("agt_%02d", a)
+		storetest.MustCreate(t, s, id)
+		wg.Go(func() {
+			for seq := uint64(0); ; seq++ {
+				err := s.Append(id, seq, storetest.Rec(id, seq))
+				if errors.Is(err, store.ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Errorf("Append(%s, %d): %v, want nil or ErrClosed", id, seq, err)
+					return
+				}
+				acked[a] = seq + 1
+			}
+		})
+	}
+	time.Sleep(200 * time.Millisecond)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	again := open(t, url)
+	for a := range agents {
+		storetest.WantLog(t, again, fmt.Sprintf("agt_%02d", a), int(acked[a]))
+	}
+}

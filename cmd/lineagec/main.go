@@ -96,6 +96,7 @@ var commands = []func(*globalParams) *cobra.Command{
 	newTestCmd,
 	newBenchCmd,
 	newVersionCmd,
+	newStoreCmd,
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {

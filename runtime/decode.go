@@ -27,21 +27,24 @@ const maxDecodeDepth = 2 * MaxArgsDepth
 // escape, no duplicate key in any object, nothing after the value, at most
 // MaxRequestBytes. Numbers stay exact (json.Number). Errors wrap
 // lineage.ErrBadRequest and name the JSON pointer of what is wrong.
-func DecodeJSON(data []byte) (any, error) {
+func DecodeJSON(data []byte) (any, error) { return decodeJSON(data, "the text is") }
+
+// decodeJSON is DecodeJSON; what starts its messages ("args are").
+func decodeJSON(data []byte, what string) (any, error) {
 	if len(data) > MaxRequestBytes {
-		return nil, badRequest("JSON text is %d bytes, over the limit of %d", len(data), MaxRequestBytes)
+		return nil, badRequest("%s %d bytes, over the limit of %d", what, len(data), MaxRequestBytes)
 	}
 	if !utf8.Valid(data) {
-		return nil, badRequest("JSON text is not valid UTF-8 (at byte %d)", invalidUTF8At(data))
+		return nil, badRequest("%s not valid UTF-8 (at byte %d)", what, invalidUTF8At(data))
 	}
-	d := &strictDecoder{data: data, dec: json.NewDecoder(bytes.NewReader(data))}
+	d := &strictDecoder{data: data, dec: json.NewDecoder(bytes.NewReader(data)), what: what}
 	d.dec.UseNumber()
 	v, err := d.value("", 0)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := d.dec.Token(); err != io.EOF {
-		return nil, badRequest("unexpected data after the JSON value")
+		return nil, badRequest("%s not JSON: unexpected data after the value", what)
 	}
 	return v, nil
 }
@@ -60,6 +63,7 @@ func invalidUTF8At(b []byte) int {
 type strictDecoder struct {
 	data []byte
 	dec  *json.Decoder
+	what string
 }
 
 // token reads the next token and checks the raw text it came from: a string
@@ -72,7 +76,7 @@ func (d *strictDecoder) token(ptr string) (json.Token, error) {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
-		return nil, badRequest("not JSON at %s: %v", pointerOrRoot(ptr), err)
+		return nil, badRequest("%s not JSON: %v at %s", d.what, err, pointerOrRoot(ptr))
 	}
 	if _, ok := tok.(string); ok {
 		if msg := loneSurrogate(d.data[from:d.dec.InputOffset()]); msg != "" {
@@ -188,9 +192,9 @@ func hex4(b []byte, at int) (rune, bool) {
 // ParseArgs decodes request args given as JSON text (the CLI's --args, a case
 // step's args_json): one JSON object, decoded by DecodeJSON.
 func ParseArgs(text string) (map[string]any, error) {
-	v, err := DecodeJSON([]byte(text))
+	v, err := decodeJSON([]byte(text), "args are")
 	if err != nil {
-		return nil, fmt.Errorf("args: %w", err)
+		return nil, err
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
@@ -204,7 +208,7 @@ func ParseArgs(text string) (map[string]any, error) {
 // fields are errors, as every malformation of DecodeJSON and RequestOf is.
 // The request is checked again, whole, when it is decided.
 func DecodeRequest(data []byte) (lineage.Request, error) {
-	v, err := DecodeJSON(data)
+	v, err := decodeJSON(data, "the request is")
 	if err != nil {
 		return lineage.Request{}, err
 	}

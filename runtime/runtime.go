@@ -183,12 +183,17 @@ func (r *Runtime) load(ctx context.Context, id string) (*agent, error) {
 	return slot.a, slot.err
 }
 
-// replay opens an agent from its log: every record verified and folded.
+// replay opens an agent from its log: every record verified and folded, with
+// the checks VerifyLog runs (so that verify says ok exactly when this opens).
 func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
+	if r.opts.Compile == nil {
+		return nil, fmt.Errorf("agent %s: the runtime has no compiler to load its policy", id)
+	}
 	f := newFolded()
 	var (
 		prevKind lineage.Kind
 		scratch  []byte
+		compiled *policy.Compiled
 	)
 	err := r.store.Scan(id, func(seq uint64, line []byte) error {
 		rec, err := openRecordFast(line, seq, f.head, &scratch)
@@ -198,15 +203,12 @@ func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
 		if err := kindFollows(rec, seq, prevKind); err != nil {
 			return err
 		}
-		body, canonArgs, err := decodeBody(rec)
+		c, err := foldChecked(f, rec, r.opts.Compile)
 		if err != nil {
-			return &ChainError{Seq: seq, Reason: err.Error()}
+			return err
 		}
-		if !bodyIsCanonical(rec, body, canonArgs) {
-			return &ChainError{Seq: seq, Reason: "record body is not in canonical form (RFC 8785)"}
-		}
-		if err := f.fold(rec, body, canonArgs); err != nil {
-			return &ChainError{Seq: seq, Reason: err.Error()}
+		if c != nil {
+			compiled = c
 		}
 		prevKind = rec.Kind
 		return nil
@@ -217,20 +219,10 @@ func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent %s: %w", id, err)
 	}
-	if f.digest == "" {
+	if compiled == nil {
 		return nil, fmt.Errorf("agent %s: %w", id, &ChainError{Seq: f.seq, Reason: "log ends before its policy record"})
 	}
-	if r.opts.Compile == nil {
-		return nil, fmt.Errorf("agent %s: the runtime has no compiler to load its policy", id)
-	}
-	c, err := r.opts.Compile(f.policyDoc)
-	if err != nil {
-		return nil, fmt.Errorf("agent %s: its policy does not compile: %w", id, err)
-	}
-	if c.Digest != f.digest {
-		return nil, fmt.Errorf("agent %s: policy digest is %s in the log but %s when compiled again", id, f.digest, c.Digest)
-	}
-	eng, err := r.engineFor(ctx, c)
+	eng, err := r.engineFor(ctx, compiled)
 	if err != nil {
 		return nil, err
 	}
@@ -536,9 +528,10 @@ func (r *Runtime) State(ctx context.Context, agentID string) (lineage.State, err
 	return a.f.State(), nil
 }
 
-// Records reads an agent's whole log from the store, verifying it.
+// Records reads an agent's whole log from the store, verifying it as VerifyLog
+// does with the runtime's compiler: it fails exactly when opening the agent would.
 func (r *Runtime) Records(agentID string) ([]lineage.Record, error) {
-	recs, err := VerifyLines(func(fn func(uint64, []byte) error) error { return r.store.Scan(agentID, fn) })
+	recs, err := VerifyLog(func(fn func(uint64, []byte) error) error { return r.store.Scan(agentID, fn) }, r.opts.Compile)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", lineage.ErrUnknownAgent, agentID)
 	}

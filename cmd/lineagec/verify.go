@@ -135,7 +135,7 @@ func verifyFile(path string, stderr io.Writer) ([]lineage.Record, error) {
 	}
 	defer f.Close()
 	r := bufio.NewReaderSize(f, 256<<10)
-	return runtime.VerifyLines(func(fn func(uint64, []byte) error) error {
+	return runtime.VerifyLog(func(fn func(uint64, []byte) error) error {
 		for seq := uint64(0); ; seq++ {
 			line, err := r.ReadBytes('\n')
 			if errors.Is(err, io.EOF) {
@@ -151,5 +151,5 @@ func verifyFile(path string, stderr io.Writer) ([]lineage.Record, error) {
 				return err
 			}
 		}
-	})
+	}, compileLogged)
 }

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"strconv"
 	"time"
 	"unicode/utf8"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/internal/jsontext"
 )
 
 // This file is the one place where request JSON text becomes values (SPEC §3):
@@ -79,8 +79,8 @@ func (d *strictDecoder) token(ptr string) (json.Token, error) {
 		return nil, badRequest("%s not JSON: %v at %s", d.what, err, pointerOrRoot(ptr))
 	}
 	if _, ok := tok.(string); ok {
-		if msg := loneSurrogate(d.data[from:d.dec.InputOffset()]); msg != "" {
-			return nil, badRequest("%s in the string at %s", msg, pointerOrRoot(ptr))
+		if r, _, lone := jsontext.LoneSurrogate(d.data[from:d.dec.InputOffset()]); lone {
+			return nil, badRequest(`lone surrogate \u%04x (not valid Unicode) in a string at %s`, r, pointerOrRoot(ptr))
 		}
 	}
 	return tok, nil
@@ -148,45 +148,6 @@ func pointerOrRoot(ptr string) string {
 		return "the top level"
 	}
 	return ptr
-}
-
-// loneSurrogate scans the raw text of a JSON string for a \u escape of a
-// surrogate that is not half of a pair; "" when there is none.
-func loneSurrogate(raw []byte) string {
-	for i := 0; i < len(raw); i++ {
-		if raw[i] != '\\' || i+1 >= len(raw) {
-			continue
-		}
-		if raw[i+1] != 'u' {
-			i++ // \" \\ \n …: the escaped character is not the start of an escape
-			continue
-		}
-		r, ok := hex4(raw, i+2)
-		if !ok {
-			return "" // encoding/json has refused it already
-		}
-		switch {
-		case 0xD800 <= r && r < 0xDC00:
-			low, ok := hex4(raw, i+8)
-			if !ok || raw[i+6] != '\\' || raw[i+7] != 'u' || low < 0xDC00 || low > 0xDFFF {
-				return fmt.Sprintf(`lone surrogate \u%04x (not valid Unicode)`, r)
-			}
-			i += 11
-		case 0xDC00 <= r && r <= 0xDFFF:
-			return fmt.Sprintf(`lone surrogate \u%04x (not valid Unicode)`, r)
-		default:
-			i += 5
-		}
-	}
-	return ""
-}
-
-func hex4(b []byte, at int) (rune, bool) {
-	if at < 0 || at+4 > len(b) {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(string(b[at:at+4]), 16, 16)
-	return rune(n), err == nil
 }
 
 // ParseArgs decodes request args given as JSON text (the CLI's --args, a case

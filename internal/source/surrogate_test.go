@@ -9,7 +9,7 @@ import (
 // silently; a policy or case file holding one is refused where it is.
 func TestLoneSurrogateRefused(t *testing.T) {
 	for text, where := range map[string]string{
-		`{"budget": 1, "tools": {}, "name": "\ud800"}`:    "p.json:1:37: /name",
+		`{"budget": 1, "tools": {}, "name": "\ud800"}`:     "p.json:1:37: /name",
 		`{"budget": 1, "tools": {"\udc00x": {"cost": 1}}}`: "p.json:1:26: /tools",
 	} {
 		_, diags := Load("p.json", []byte(text))

@@ -37,11 +37,7 @@ func (m *Model) goodName(s string) bool {
 			return false
 		}
 	}
-	lower := strings.ToLower(s)
-	if strings.EqualFold(s, m.agent) || lower == strings.ToLower(m.agent) {
-		return false
-	}
-	return m.name == "" || !strings.EqualFold(s, m.name)
+	return !strings.EqualFold(s, m.agent) && (m.name == "" || !strings.EqualFold(s, m.name))
 }
 
 // holdable is D50: the runtime keeps times as int64 nanoseconds since 1970,

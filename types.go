@@ -185,6 +185,18 @@ type State struct {
 	Pending     map[string]RecordedRequest `json:"pending"`
 }
 
+// CELState is the type of the variable state in CEL constraints (SPEC §5):
+// an object with typed fields, so that `state.remainin` or
+// `state.remaining > 'ten'` is a compile error. The cel tags are the field
+// names CEL sees.
+type CELState struct {
+	Budget    int64            `cel:"budget"`
+	Spent     int64            `cel:"spent"`
+	Remaining int64            `cel:"remaining"`
+	ScarScore int64            `cel:"scar_score"`
+	Calls     map[string]int64 `cel:"calls"`
+}
+
 // Time is a UTC timestamp that encodes with exactly nine fractional digits
 // ("2026-11-30T01:02:03.000000004Z"), so a record's bytes never depend on how
 // many trailing zeros a clock produced.

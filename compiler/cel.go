@@ -3,6 +3,7 @@ package compiler
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/rego"
 	opatypes "github.com/open-policy-agent/opa/v1/types"
 
+	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/internal/diag"
 )
 
@@ -38,12 +40,33 @@ var celDecl = &rego.Function{
 
 func celEnv() (*cel.Env, error) {
 	return cel.NewEnv(
+		celStateType(),
 		cel.Variable("tool", cel.StringType),
 		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
-		cel.Variable("state", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("state", cel.ObjectType(celStateTypeName)),
 		cel.Variable("now", cel.TimestampType),
 		cel.CrossTypeNumericComparisons(true),
 	)
+}
+
+// celStateTypeName is how CEL names lineage.CELState (package.Type).
+const celStateTypeName = "lineage.CELState"
+
+// celStateType declares lineage.CELState as a CEL object type whose fields
+// are its cel tags (what cel-go's ext.NativeTypes does, without the rest of
+// ext): the checker then knows state's fields and their types (SPEC §5).
+func celStateType() cel.EnvOption {
+	return func(env *cel.Env) (*cel.Env, error) {
+		p, a, err := types.ComposeTypes(env.CELTypeProvider(), env.CELTypeAdapter(),
+			reflect.TypeFor[lineage.CELState](), types.ParseStructTags(true))
+		if err != nil {
+			return nil, err
+		}
+		if env, err = cel.CustomTypeAdapter(a)(env); err != nil {
+			return nil, err
+		}
+		return cel.CustomTypeProvider(p)(env)
+	}
 }
 
 // celConstraint is one compiled `when` entry.
@@ -201,8 +224,7 @@ func (a *celActivation) resolve(name string) (any, bool) {
 		if !ok {
 			return nil, false
 		}
-		v, err := celValue(ast.NewTerm(st))
-		return v, err == nil
+		return celStateOf(st)
 	case "now":
 		atNs, ok := value(a.req.Get(ast.InternedTerm("at_ns"))).(ast.Number)
 		if !ok {
@@ -218,6 +240,40 @@ func (a *celActivation) resolve(name string) (any, bool) {
 }
 
 func (a *celActivation) Parent() interpreter.Activation { return nil }
+
+// celStateOf reads input.state as the typed state; a field missing or not an
+// int64 leaves state unresolved, so the expression errs: fail closed.
+func celStateOf(st ast.Object) (*lineage.CELState, bool) {
+	num := func(key string) (int64, bool) {
+		n, ok := value(st.Get(ast.InternedTerm(key))).(ast.Number)
+		if !ok {
+			return 0, false
+		}
+		return n.Int64()
+	}
+	var s lineage.CELState
+	var ok [4]bool
+	s.Budget, ok[0] = num("budget")
+	s.Spent, ok[1] = num("spent")
+	s.Remaining, ok[2] = num("remaining")
+	s.ScarScore, ok[3] = num("scar_score")
+	calls, isObj := value(st.Get(ast.InternedTerm("calls"))).(ast.Object)
+	if ok != [4]bool{true, true, true, true} || !isObj {
+		return nil, false
+	}
+	s.Calls = make(map[string]int64, calls.Len())
+	err := calls.Iter(func(k, v *ast.Term) error {
+		name, isStr := k.Value.(ast.String)
+		n, isNum := v.Value.(ast.Number)
+		c, isInt := n.Int64()
+		if !isStr || !isNum || !isInt {
+			return fmt.Errorf("bad calls entry")
+		}
+		s.Calls[string(name)] = c
+		return nil
+	})
+	return &s, err == nil
+}
 
 // value is t's value, nil for a missing term: a malformed input fails closed.
 func value(t *ast.Term) ast.Value {

@@ -286,7 +286,7 @@ func TestCELPoliciesAreSeparate(t *testing.T) {
 // the runtime always gives (a hand-written Rego test, say); it must not panic.
 // The expression reads every variable; request.at is not one of them.
 func TestCELMalformedInput(t *testing.T) {
-	c := mustCompile(t, "", "budget: 10\ntools: {t: {cost: 0, when: [{expr: \"tool == 't' && size(args) == 0 && size(state) > 0 && now > timestamp('1970-01-01T00:00:00Z')\", reason: never}]}}\n")
+	c := mustCompile(t, "", "budget: 10\ntools: {t: {cost: 0, when: [{expr: \"tool == 't' && size(args) == 0 && state.budget > 0 && size(state.calls) == 0 && now > timestamp('1970-01-01T00:00:00Z')\", reason: never}]}}\n")
 	pq := prepare(t, c)
 	full := runtimeInput("t", `{}`, time.Unix(1, 0), nil)
 	if got := verdict(t, pq, full); got != "allow ok" {

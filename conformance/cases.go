@@ -9,8 +9,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/internal/diag"
 	"github.com/lineage-guard/lineage/internal/source"
+	"github.com/lineage-guard/lineage/runtime"
 )
 
 // Genesis is the time of every case's genesis record; `at` counts from here (D9).
@@ -50,12 +52,33 @@ type Step struct {
 	Expect    map[string]any // nil when absent
 }
 
-// StepRequest is a request step.
+// StepRequest is a request step. Tool, ID and Args are the values as the
+// file gives them, malformed ones included (a number as tool, args an
+// array): the step then expects an error (SPEC §9). ArgsJSON is args as JSON
+// text, decoded as the CLI and the service decode it (D54).
 type StepRequest struct {
-	Tool string         `json:"tool"`
-	ID   string         `json:"id"`
-	Args map[string]any `json:"args"`
-	At   *json.Number   `json:"at"`
+	Tool     any          `json:"tool"`
+	ID       any          `json:"id"`
+	Args     any          `json:"args"`
+	ArgsJSON *string      `json:"args_json"`
+	At       *json.Number `json:"at"`
+}
+
+// request is the step's request as the runtime takes it, or the error that
+// refuses it before the runtime sees it.
+func (r *StepRequest) request() (lineage.Request, error) {
+	args := r.Args
+	if r.ArgsJSON != nil {
+		if r.Args != nil {
+			return lineage.Request{}, fmt.Errorf("request step has both args and args_json")
+		}
+		m, err := runtime.ParseArgs(*r.ArgsJSON)
+		if err != nil {
+			return lineage.Request{}, err
+		}
+		args = m
+	}
+	return runtime.RequestOf(r.ID, r.Tool, args)
 }
 
 // StepApproval is an approve or reject step.
@@ -224,8 +247,10 @@ func atTime(n json.Number) (time.Time, error) {
 	if !ns.IsInt() {
 		return time.Time{}, fmt.Errorf("time %q has more than nanosecond precision", n)
 	}
-	if !ns.Num().IsInt64() {
-		return time.Time{}, fmt.Errorf("time %q is out of range", n)
+	if !ns.Num().IsInt64() || Genesis.Add(time.Duration(ns.Num().Int64())).After(runtime.Latest) {
+		// A time the runtime cannot hold is a malformed request (SPEC §3, D50).
+		return time.Time{}, fmt.Errorf("%w: time %q is after %s, the last the runtime holds",
+			lineage.ErrBadRequest, n, runtime.Latest.Format(time.RFC3339Nano))
 	}
 	return Genesis.Add(time.Duration(ns.Num().Int64())), nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,6 +117,9 @@ func randomOps(r *rand.Rand, n int) []op {
 			now = now.Add(time.Duration(r.IntN(3)) * time.Second) // exact window edges
 		}
 		o := op{req: lineage.Request{At: now}}
+		if r.IntN(100) == 0 { // a time the runtime cannot hold (D50): an error on both sides
+			o.req.At = []time.Time{time.Unix(0, 0).Add(-1), time.Date(2262, 4, 11, 23, 47, 16, 854775808, time.UTC), time.Date(2610, 1, 1, 0, 0, 0, 0, time.UTC)}[r.IntN(3)]
+		}
 		switch x := r.IntN(100); {
 		case x < 70:
 			o.kind = "request"
@@ -151,10 +155,10 @@ func randomOps(r *rand.Rand, n int) []op {
 			o.kind = "reject"
 		default:
 			o.kind = "terminate"
-			o.by = "ops"
+			o.by = []string{"ops", "ops", "ops", " ops", "$SELF"}[r.IntN(5)]
 		}
 		if o.kind == "approve" || o.kind == "reject" {
-			o.by = []string{"alice", "bob", "", "$self"}[r.IntN(4)]
+			o.by = []string{"alice", "bob", "", "$self", "$SELF", "bob ", "al\u200bice", "Alice\n"}[r.IntN(8)]
 			if r.IntN(5) == 0 {
 				o.by = "alice"
 			}
@@ -217,8 +221,11 @@ func runSequence(ctx context.Context, side *diffSide, ops []op) error {
 			gv, wv     lineage.Verdict
 			gerr, werr error
 		)
-		if o.by == "$self" { // the agent approving itself: refused on both sides
+		switch o.by { // the agent approving itself: refused on both sides
+		case "$self":
 			o.by = agent
+		case "$SELF":
+			o.by = strings.ToUpper(agent)
 		}
 		switch o.kind {
 		case "request":

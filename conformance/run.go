@@ -127,7 +127,10 @@ func (c *Case) assertions() int {
 func (s Step) describe() string {
 	switch {
 	case s.Request != nil:
-		return "request " + s.Request.Tool
+		if tool, ok := s.Request.Tool.(string); ok {
+			return "request " + tool
+		}
+		return fmt.Sprintf("request (tool %v)", s.Request.Tool)
 	case s.Approve != nil:
 		return "approve " + s.Approve.Request
 	case s.Reject != nil:
@@ -156,7 +159,12 @@ func (c *Case) step(ctx context.Context, rt *runtime.Runtime, agent string, s St
 		if err != nil {
 			return nil, err
 		}
-		v, err := rt.Request(ctx, agent, lineage.Request{ID: s.Request.ID, Tool: s.Request.Tool, Args: s.Request.Args, At: t})
+		req, err := s.Request.request()
+		if err != nil {
+			return nil, err
+		}
+		req.At = t
+		v, err := rt.Request(ctx, agent, req)
 		return &v, err
 	case s.Approve != nil, s.Reject != nil:
 		a, decide := s.Approve, rt.Approve
@@ -204,6 +212,9 @@ func compareStep(exp map[string]any, v *lineage.Verdict, stepErr error, st linea
 	}
 	for _, k := range keys {
 		want := exp[k]
+		if want == nil && (k == "terminated" || k == "scar") {
+			want = "none" // null and none say the same (SPEC §9)
+		}
 		var got any
 		switch k {
 		case "error":

@@ -325,7 +325,7 @@ func TestDamageFailsClosed(t *testing.T) {
 		name    string
 		lines   func() [][]byte
 		seq     uint64
-		noChain bool // Verify passes (the chain is whole); only the fold refuses
+		noChain bool // Verify passes while opening fails: no case since D53 (verify ⇔ open)
 		memOK   bool // not representable in the memory store
 	}{
 		{"seq gap", func() [][]byte { l := clone(); return append(l[:mid], l[mid+1:]...) }, uint64(mid), false, true},
@@ -403,7 +403,7 @@ func TestDamageFailsClosed(t *testing.T) {
 			r.Body = raw
 			l[apprIdx], _ = reseal(r, uint64(apprIdx), r.Kind, recs[apprIdx-1].Hash)
 			return rechain(l, apprIdx+1, nil)
-		}, uint64(apprIdx), true, true},
+		}, uint64(apprIdx), false, true}, // verify refuses what the fold refuses (D53)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

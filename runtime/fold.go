@@ -20,6 +20,7 @@ import (
 // window of allowed times as a ring of the last max_actions.
 type folded struct {
 	agent       string
+	name        string // the genesis name, which no approver may take (D52)
 	seq         uint64
 	head        string
 	lastAt      time.Time
@@ -140,7 +141,7 @@ func fingerprint(tool string, canonArgs []byte) [32]byte {
 func (f *folded) fold(rec lineage.Record, body any, canonArgs []byte) error {
 	switch b := body.(type) {
 	case *lineage.GenesisBody:
-		f.agent = b.Agent
+		f.agent, f.name = b.Agent, b.Name
 	case *lineage.PolicyBody:
 		var p struct {
 			Budget    int64 `json:"budget"`

@@ -202,6 +202,8 @@ tools:
     when: [{expr: "args.ok == true", reason: not_ok, scar: minor}]
 `)
 	agent := mustCreate(t, rt, c, runtime.CreateOptions{Name: tricky})
+	// Names of people may not hold controls or invisible characters (D52).
+	const trickyName = "<a href=\"x\">&amp;</a> \\ / 😀 \uFFFD é e\u0301"
 	args := map[string]any{
 		tricky: tricky, "\U0001F600": 1, "\uFFFD": 2, "\u00e9": 3, "e\u0301": 4, "": "", "a": []any{tricky, nil, true, 1.5, math.Copysign(0, -1), 5e-324, 1e-7, 123456.789},
 	}
@@ -209,13 +211,13 @@ tools:
 	if v.Decision != lineage.Pending {
 		t.Fatalf("%+v", v)
 	}
-	if _, err := rt.Approve(bg, agent, runtime.Approval{RequestID: tricky, By: tricky + "approver", At: sec(2)}); err != nil {
+	if _, err := rt.Approve(bg, agent, runtime.Approval{RequestID: tricky, By: trickyName + " approver", At: sec(2)}); err != nil {
 		t.Fatal(err)
 	}
 	if v := mustRequest(t, rt, agent, lineage.Request{ID: "\U0001F600", Tool: "note", Args: map[string]any{"ok": false}, At: sec(3)}); v.Reason != "not_ok" {
 		t.Fatalf("constraint deny %+v", v)
 	}
-	if _, err := rt.Terminate(bg, agent, runtime.Kill{By: tricky, Note: tricky, At: sec(4)}); err != nil {
+	if _, err := rt.Terminate(bg, agent, runtime.Kill{By: trickyName, Note: tricky, At: sec(4)}); err != nil {
 		t.Fatal(err)
 	}
 	for i, line := range storeLines(t, st, agent) {

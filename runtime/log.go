@@ -15,6 +15,7 @@ import (
 	"github.com/gowebpki/jcs"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/policy"
 )
 
 // unsigned is a record without its hash: what the hash covers (SPEC §1).
@@ -422,28 +423,79 @@ func openRecordStrict(line []byte, seq uint64, prev string) (lineage.Record, err
 	return rec, nil
 }
 
-// VerifyLines checks a whole log given as its stored lines, in order. It returns
-// the records, and a *ChainError naming the first bad seq if any.
+// VerifyLines checks a whole log given as its stored lines, in order, as
+// VerifyLog does without a compiler (a policy that no longer compiles passes).
 func VerifyLines(scan func(fn func(seq uint64, line []byte) error) error) ([]lineage.Record, error) {
+	return VerifyLog(scan, nil)
+}
+
+// VerifyLog checks a whole log given as its stored lines, in order: every
+// check that opening the log runs (SPEC §1: chain, canonical form, the order
+// of kinds, bodies the fold accepts, times the runtime holds, the policy's
+// digest against its document and, with compile, that the policy compiles to
+// that digest), plus the JCS library's own check of each line. It returns the
+// records, and a *ChainError naming the first bad seq if any.
+func VerifyLog(scan func(fn func(seq uint64, line []byte) error) error, compile func(doc []byte) (*policy.Compiled, error)) ([]lineage.Record, error) {
 	var (
 		recs     []lineage.Record
-		prev     string
 		prevKind lineage.Kind
+		f        = newFolded()
 	)
 	err := scan(func(seq uint64, line []byte) error {
-		rec, err := openRecordStrict(line, seq, prev)
+		rec, err := openRecordStrict(line, seq, f.head)
 		if err != nil {
 			return err
 		}
 		if err := kindFollows(rec, seq, prevKind); err != nil {
 			return err
 		}
+		if _, err := foldChecked(f, rec, compile); err != nil {
+			return err
+		}
 		prevKind = rec.Kind
-		prev = rec.Hash
 		recs = append(recs, rec)
 		return nil
 	})
 	return recs, err
+}
+
+// foldChecked folds one opened record into f after the checks replay and
+// verify share: the body decodes and is canonical, the time is one the
+// runtime holds (D50), and a policy record's digest is that of its document
+// and, when compile is given, of the document compiled again (D53). It
+// returns the compiled policy of a policy record.
+func foldChecked(f *folded, rec lineage.Record, compile func(doc []byte) (*policy.Compiled, error)) (*policy.Compiled, error) {
+	seq := rec.Seq
+	if err := recordable(rec.At.Time); err != nil {
+		return nil, &ChainError{Seq: seq, Reason: "record time " + rec.At.UTC().Format(time.RFC3339Nano) + " is outside the times the runtime holds"}
+	}
+	body, canonArgs, err := decodeBody(rec)
+	if err != nil {
+		return nil, &ChainError{Seq: seq, Reason: err.Error()}
+	}
+	if !bodyIsCanonical(rec, body, canonArgs) {
+		return nil, &ChainError{Seq: seq, Reason: "record body is not in canonical form (RFC 8785)"}
+	}
+	var compiled *policy.Compiled
+	if pb, ok := body.(*lineage.PolicyBody); ok {
+		if got := hashText(pb.Policy); got != pb.Digest {
+			return nil, &ChainError{Seq: seq, Reason: fmt.Sprintf("policy digest is %s but its document hashes to %s", pb.Digest, got)}
+		}
+		if compile != nil {
+			c, err := compile(pb.Policy)
+			if err != nil {
+				return nil, &ChainError{Seq: seq, Reason: "the policy does not compile: " + err.Error()}
+			}
+			if c.Digest != pb.Digest {
+				return nil, &ChainError{Seq: seq, Reason: fmt.Sprintf("policy digest is %s in the log but %s when compiled again", pb.Digest, c.Digest)}
+			}
+			compiled = c
+		}
+	}
+	if err := f.fold(rec, body, canonArgs); err != nil {
+		return nil, &ChainError{Seq: seq, Reason: err.Error()}
+	}
+	return compiled, nil
 }
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

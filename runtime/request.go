@@ -3,7 +3,6 @@ package runtime
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"slices"
 	"strconv"
@@ -422,31 +421,6 @@ func toUint(v any) uint64 {
 
 func escapePointer(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
-}
-
-// ParseArgs decodes request args given as JSON text (the CLI's --args): they
-// must be one JSON object; numbers stay exact (json.Number).
-func ParseArgs(text string) (map[string]any, error) {
-	if !utf8.ValidString(text) {
-		return nil, badRequest("args are not valid UTF-8")
-	}
-	if len(text) > MaxRequestBytes {
-		return nil, badRequest("args are %d bytes, over the limit of %d", len(text), MaxRequestBytes)
-	}
-	dec := json.NewDecoder(strings.NewReader(text))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, badRequest("args are not JSON: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, badRequest("args: unexpected data after the JSON object")
-	}
-	m, ok := v.(map[string]any)
-	if !ok {
-		return nil, badRequest("args must be a JSON object, got %s", jsonKind(v))
-	}
-	return m, nil
 }
 
 func jsonKind(v any) string {

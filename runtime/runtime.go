@@ -7,11 +7,13 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
-	"github.com/open-policy-agent/opa/v1/ast"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/policy"
@@ -181,12 +183,17 @@ func (r *Runtime) load(ctx context.Context, id string) (*agent, error) {
 	return slot.a, slot.err
 }
 
-// replay opens an agent from its log: every record verified and folded.
+// replay opens an agent from its log: every record verified and folded, with
+// the checks VerifyLog runs (so that verify says ok exactly when this opens).
 func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
+	if r.opts.Compile == nil {
+		return nil, fmt.Errorf("agent %s: the runtime has no compiler to load its policy", id)
+	}
 	f := newFolded()
 	var (
 		prevKind lineage.Kind
 		scratch  []byte
+		compiled *policy.Compiled
 	)
 	err := r.store.Scan(id, func(seq uint64, line []byte) error {
 		rec, err := openRecordFast(line, seq, f.head, &scratch)
@@ -196,15 +203,12 @@ func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
 		if err := kindFollows(rec, seq, prevKind); err != nil {
 			return err
 		}
-		body, canonArgs, err := decodeBody(rec)
+		c, err := foldChecked(f, rec, r.opts.Compile)
 		if err != nil {
-			return &ChainError{Seq: seq, Reason: err.Error()}
+			return err
 		}
-		if !bodyIsCanonical(rec, body, canonArgs) {
-			return &ChainError{Seq: seq, Reason: "record body is not in canonical form (RFC 8785)"}
-		}
-		if err := f.fold(rec, body, canonArgs); err != nil {
-			return &ChainError{Seq: seq, Reason: err.Error()}
+		if c != nil {
+			compiled = c
 		}
 		prevKind = rec.Kind
 		return nil
@@ -215,20 +219,10 @@ func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent %s: %w", id, err)
 	}
-	if f.digest == "" {
+	if compiled == nil {
 		return nil, fmt.Errorf("agent %s: %w", id, &ChainError{Seq: f.seq, Reason: "log ends before its policy record"})
 	}
-	if r.opts.Compile == nil {
-		return nil, fmt.Errorf("agent %s: the runtime has no compiler to load its policy", id)
-	}
-	c, err := r.opts.Compile(f.policyDoc)
-	if err != nil {
-		return nil, fmt.Errorf("agent %s: its policy does not compile: %w", id, err)
-	}
-	if c.Digest != f.digest {
-		return nil, fmt.Errorf("agent %s: policy digest is %s in the log but %s when compiled again", id, f.digest, c.Digest)
-	}
-	eng, err := r.engineFor(ctx, c)
+	eng, err := r.engineFor(ctx, compiled)
 	if err != nil {
 		return nil, err
 	}
@@ -298,11 +292,21 @@ func (a *agent) append(st store.Store, at time.Time, items ...item) error {
 	return nil
 }
 
-// recordable refuses a time a record cannot hold: its layout (SPEC §1,
-// lineage.TimeLayout) has a four-digit year.
+// Earliest and Latest bound the times the runtime takes (D50): every time it
+// keeps must be exact as a record's at, in the rate window and as at_ns, int64
+// nanoseconds since 1970 that are never negative. Latest is the last
+// nanosecond int64 holds (2262-04-11T23:47:16.854775807Z).
+var (
+	Earliest = time.Unix(0, 0).UTC()
+	Latest   = time.Unix(0, math.MaxInt64).UTC()
+)
+
+// recordable refuses a time outside [Earliest, Latest] (SPEC §3): it is
+// malformed, and nothing is recorded.
 func recordable(at time.Time) error {
-	if y := at.UTC().Year(); y < 0 || y > 9999 {
-		return badRequest("time %s is outside the years 0000-9999 that a record can hold", at.UTC().Format(time.RFC3339Nano))
+	if at.Before(Earliest) || at.After(Latest) {
+		return badRequest("time %s is outside %s…%s, the times the guard can hold exactly (int64 nanoseconds since 1970)",
+			at.UTC().Format(time.RFC3339Nano), Earliest.Format(time.RFC3339), Latest.Format(time.RFC3339Nano))
 	}
 	return nil
 }
@@ -339,23 +343,33 @@ func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Reque
 	if err != nil {
 		return lineage.Verdict{}, err
 	}
+	if !req.At.IsZero() {
+		if err := recordable(req.At); err != nil {
+			return lineage.Verdict{}, err
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	at, err := r.timeFor(a, req.At)
-	if err != nil {
-		return lineage.Verdict{}, err
-	}
-	// Step 1: a retry returns the current verdict and records nothing.
+	// Step 1, right after the malformed check and before any time check: an
+	// exact retry is answered whatever its at, and records nothing.
 	if cr.id != "" {
 		if seen, ok := a.f.lookup(cr.id); ok {
 			if seen.fingerprint != fingerprint(cr.tool, cr.canonArgs) {
 				return lineage.Verdict{}, fmt.Errorf("%w: request id %q was used before with another tool or other args", lineage.ErrIDConflict, cr.id)
+			}
+			if seen.verdict.Decision == lineage.Pending && a.f.status == lineage.Terminated {
+				// Still pending when the agent was terminated: void (D51).
+				return lineage.Verdict{Decision: lineage.Deny, Reason: "terminated", RequestID: cr.id}, nil
 			}
 			return seen.verdict, nil
 		}
 		if reservedID(cr.id) {
 			return lineage.Verdict{}, badRequest("id %q has the form req_<n>, which is reserved for the ids the runtime assigns", cr.id)
 		}
+	}
+	at, err := r.timeFor(a, req.At)
+	if err != nil {
+		return lineage.Verdict{}, err
 	}
 	// Step 2: a sealed log takes nothing more (D4).
 	if a.f.status == lineage.Terminated {
@@ -429,11 +443,11 @@ func (r *Runtime) decidePending(ctx context.Context, agentID string, ap Approval
 	if err != nil {
 		return lineage.Verdict{}, err
 	}
-	if ap.By == "" || !utf8Valid(ap.By) || ap.By == agentID {
-		return lineage.Verdict{}, fmt.Errorf("%w: the approver must be a named person or service, not %q", lineage.ErrBadApprover, ap.By)
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if err := checkActor("approver", ap.By, a); err != nil {
+		return lineage.Verdict{}, err
+	}
 	at, err := r.timeFor(a, ap.At)
 	if err != nil {
 		return lineage.Verdict{}, err
@@ -484,11 +498,11 @@ func (r *Runtime) Terminate(ctx context.Context, agentID string, k Kill) (lineag
 	if err != nil {
 		return lineage.State{}, err
 	}
-	if k.By == "" || !utf8Valid(k.By) {
-		return lineage.State{}, fmt.Errorf("%w: terminate needs the name of who pulls the switch", lineage.ErrBadRequest)
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if err := checkActor("terminate --by", k.By, a); err != nil {
+		return lineage.State{}, fmt.Errorf("%w: %w", lineage.ErrBadRequest, err)
+	}
 	at, err := r.timeFor(a, k.At)
 	if err != nil {
 		return lineage.State{}, err
@@ -514,9 +528,10 @@ func (r *Runtime) State(ctx context.Context, agentID string) (lineage.State, err
 	return a.f.State(), nil
 }
 
-// Records reads an agent's whole log from the store, verifying it.
+// Records reads an agent's whole log from the store, verifying it as VerifyLog
+// does with the runtime's compiler: it fails exactly when opening the agent would.
 func (r *Runtime) Records(agentID string) ([]lineage.Record, error) {
-	recs, err := VerifyLines(func(fn func(uint64, []byte) error) error { return r.store.Scan(agentID, fn) })
+	recs, err := VerifyLog(func(fn func(uint64, []byte) error) error { return r.store.Scan(agentID, fn) }, r.opts.Compile)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", lineage.ErrUnknownAgent, agentID)
 	}
@@ -528,5 +543,3 @@ func (r *Runtime) Verify(agentID string) error {
 	_, err := r.Records(agentID)
 	return err
 }
-
-func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }

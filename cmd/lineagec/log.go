@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/compiler"
+	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 )
 
@@ -72,12 +74,16 @@ func runLog(p logParams, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// compileLogged compiles a log's policy record again, as opening the agent
+// does, so that verify fails exactly when open does (SPEC §1).
+func compileLogged(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) }
+
 // readLog reads an agent's log from the store and verifies it: the records
 // and their stored lines up to the first bad one, and the error, if any (a
 // *runtime.ChainError or a *store.DamageError for a damaged log).
 func readLog(s *session, agent string) ([]lineage.Record, [][]byte, error) {
 	var lines [][]byte
-	recs, err := runtime.VerifyLines(func(fn func(uint64, []byte) error) error {
+	recs, err := runtime.VerifyLog(func(fn func(uint64, []byte) error) error {
 		return s.st.Scan(agent, func(seq uint64, line []byte) error {
 			if err := fn(seq, line); err != nil {
 				return err
@@ -85,7 +91,7 @@ func readLog(s *session, agent string) ([]lineage.Record, [][]byte, error) {
 			lines = append(lines, bytes.Clone(line))
 			return nil
 		})
-	})
+	}, compileLogged)
 	return recs, lines, err
 }
 

@@ -130,11 +130,11 @@ func isDamage(err error) bool {
 // ignored as the store ignores it and reported on stderr.
 func verifyFile(path string, stderr io.Writer) ([]lineage.Record, error) {
 	var torn int64
-	recs, err := runtime.VerifyLines(func(fn func(uint64, []byte) error) error {
+	recs, err := runtime.VerifyLog(func(fn func(uint64, []byte) error) error {
 		var err error
 		torn, err = store.ScanFile(path, fn)
 		return err
-	})
+	}, compileLogged)
 	if torn > 0 {
 		fmt.Fprintf(stderr, "lineagec: %s: ignoring a torn last line (%d bytes without a newline)\n", path, torn)
 	}

@@ -2,6 +2,8 @@ package model
 
 import (
 	"fmt"
+	"maps"
+	"reflect"
 	"time"
 
 	"github.com/google/cel-go/cel"
@@ -18,9 +20,19 @@ type celEnv struct{ env *cel.Env }
 
 func newCELEnv() (*celEnv, error) {
 	env, err := cel.NewEnv(
+		// state is an object with typed fields (SPEC §5): lineage.CELState,
+		// whose cel tags name the fields.
+		func(env *cel.Env) (*cel.Env, error) {
+			p, a, err := types.ComposeTypes(env.CELTypeProvider(), env.CELTypeAdapter(),
+				reflect.TypeFor[lineage.CELState](), types.ParseStructTags(true))
+			if err != nil {
+				return nil, err
+			}
+			return cel.Lib(typesLib{p, a})(env)
+		},
 		cel.Variable("tool", cel.StringType),
 		cel.Variable("args", cel.MapType(cel.StringType, cel.DynType)),
-		cel.Variable("state", cel.MapType(cel.StringType, cel.DynType)),
+		cel.Variable("state", cel.ObjectType("lineage.CELState")),
 		cel.Variable("now", cel.TimestampType),
 		cel.CrossTypeNumericComparisons(true),
 	)
@@ -29,6 +41,18 @@ func newCELEnv() (*celEnv, error) {
 	}
 	return &celEnv{env: env}, nil
 }
+
+// typesLib installs a composed type provider and adapter.
+type typesLib struct {
+	p types.Provider
+	a types.Adapter
+}
+
+func (l typesLib) CompileOptions() []cel.EnvOption {
+	return []cel.EnvOption{cel.CustomTypeProvider(l.p), cel.CustomTypeAdapter(l.a)}
+}
+
+func (typesLib) ProgramOptions() []cel.ProgramOption { return nil }
 
 // constraint is one compiled `when` entry.
 type constraint struct {
@@ -82,19 +106,15 @@ func (c *constraint) holds(vars map[string]any) bool {
 // celVars is the activation for a constraint evaluated for tool and args at
 // time t against the current state.
 func (m *Model) celVars(tool string, args map[string]any, t time.Time) map[string]any {
-	calls := make(map[string]any, len(m.calls))
-	for k, n := range m.calls {
-		calls[k] = n
-	}
 	return map[string]any{
 		"tool": tool,
 		"args": celValue(args),
-		"state": map[string]any{
-			"budget":     m.budget,
-			"spent":      m.spent,
-			"remaining":  m.remaining(),
-			"scar_score": m.scarScore,
-			"calls":      calls,
+		"state": &lineage.CELState{
+			Budget:    m.budget,
+			Spent:     m.spent,
+			Remaining: m.remaining(),
+			ScarScore: m.scarScore,
+			Calls:     maps.Clone(m.calls),
 		},
 		"now": t.UTC(),
 	}

@@ -66,6 +66,7 @@ type Model struct {
 
 	// The policy, compiled.
 	agent       string
+	name        string // the agent's genesis name (SetName)
 	budget      int64
 	scarLimit   int64
 	weights     map[lineage.Severity]int64
@@ -193,9 +194,11 @@ func compileRule(env *celEnv, ptr string, tr policy.ToolRule) (*rule, error) {
 // Request decides one request (SPEC §3, §4). req.At must be set.
 //
 // Errors (nothing is recorded, nothing changes), checked in this order:
-// ErrBadRequest (zero At, empty tool, tool name not matching the pattern, args
-// that are not JSON, with a number outside float64's range, or nested deeper than
-// 32 levels), ErrTimeBackwards (At before the last record's time), ErrIDConflict.
+// ErrBadRequest (zero At or one outside 1970…2262-04-11 (D50), empty tool, tool
+// name not matching the pattern, args that are not JSON, with a number outside
+// float64's range, or nested deeper than 32 levels), ErrIDConflict (a retry is
+// answered before the time check), ErrTimeBackwards (At before the last
+// record's time).
 func (m *Model) Request(req lineage.Request) (lineage.Verdict, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -214,12 +217,12 @@ func (m *Model) Request(req lineage.Request) (lineage.Verdict, error) {
 		return lineage.Verdict{}, fmt.Errorf("model: args: %v: %w", err, lineage.ErrBadRequest)
 	}
 	t := req.At.Round(0) // wall time only: times compare as the log records them
-	if t.Before(m.last) {
-		return lineage.Verdict{}, fmt.Errorf("model: request at %s is before the last record (%s): %w",
-			t.UTC().Format(time.RFC3339Nano), m.last.UTC().Format(time.RFC3339Nano), lineage.ErrTimeBackwards)
+	if err := holdable(t); err != nil {
+		return lineage.Verdict{}, err
 	}
 
-	// Step 1: a retry returns the current verdict of the earlier request (D2, D3).
+	// Step 1: a retry returns the current verdict of the earlier request (D2, D3),
+	// before any time check: an exact retry is answered whatever its at.
 	// Choice: only a caller-given id is looked up; a request without an id is a
 	// new request (see below for the id it gets).
 	if req.ID != "" {
@@ -227,11 +230,19 @@ func (m *Model) Request(req lineage.Request) (lineage.Verdict, error) {
 			if e.req.Tool != req.Tool || !jsonEqual(e.req.Args, args) {
 				return lineage.Verdict{}, fmt.Errorf("model: request id %q was used with another tool or other args: %w", req.ID, lineage.ErrIDConflict)
 			}
+			if e.verdict.Decision == lineage.Pending && m.termination != "" {
+				// Pending when the agent was terminated: void (SPEC §4 step 1, D51).
+				return lineage.Verdict{Decision: lineage.Deny, Reason: reasonTerminated, RequestID: req.ID}, nil
+			}
 			return copyVerdict(e.verdict), nil
 		}
 		if assignedID.MatchString(req.ID) {
 			return lineage.Verdict{}, fmt.Errorf("model: id %q is of the form req_<n>, reserved for assigned ids (D17): %w", req.ID, lineage.ErrBadRequest)
 		}
+	}
+	if t.Before(m.last) {
+		return lineage.Verdict{}, fmt.Errorf("model: request at %s is before the last record (%s): %w",
+			t.UTC().Format(time.RFC3339Nano), m.last.UTC().Format(time.RFC3339Nano), lineage.ErrTimeBackwards)
 	}
 
 	// Step 2: a terminated agent refuses everything; nothing is appended (D4).
@@ -295,7 +306,7 @@ func (m *Model) Request(req lineage.Request) (lineage.Verdict, error) {
 // windowed at at), which may terminate the agent with budget_exhausted. One
 // approval record is appended either way.
 //
-// Errors, checked in this order: ErrBadApprover (empty, or the agent's id),
+// Errors, checked in this order: ErrBadApprover (see goodName),
 // ErrBadRequest (zero time), ErrTimeBackwards, ErrSealed (terminated agent),
 // ErrNotPending (unknown or already decided id).
 func (m *Model) Approve(requestID, approver string, at time.Time) (lineage.Verdict, error) {
@@ -312,13 +323,16 @@ func (m *Model) decide(id, approver string, at time.Time, approve bool) (lineage
 	m.mu.Lock()
 	defer m.mu.Unlock()
 
-	if approver == "" || approver == m.agent {
-		return lineage.Verdict{}, fmt.Errorf("model: approver %q: must be a non-empty name other than the agent: %w", approver, lineage.ErrBadApprover)
+	if !m.goodName(approver) {
+		return lineage.Verdict{}, fmt.Errorf("model: approver %q: must name a person or service other than the agent: %w", approver, lineage.ErrBadApprover)
 	}
 	if at.IsZero() {
 		return lineage.Verdict{}, fmt.Errorf("model: approval without a time: %w", lineage.ErrBadRequest)
 	}
 	at = at.Round(0)
+	if err := holdable(at); err != nil {
+		return lineage.Verdict{}, err
+	}
 	if at.Before(m.last) {
 		return lineage.Verdict{}, fmt.Errorf("model: approval at %s is before the last record (%s): %w",
 			at.UTC().Format(time.RFC3339Nano), m.last.UTC().Format(time.RFC3339Nano), lineage.ErrTimeBackwards)
@@ -356,19 +370,22 @@ func (m *Model) decide(id, approver string, at time.Time, approve bool) (lineage
 // Terminate is the kill switch (SPEC §7, D13): it appends a termination record
 // with reason killed at time at and voids every pending request (D11).
 //
-// Errors, checked in this order: ErrBadRequest (empty by, zero time),
+// Errors, checked in this order: ErrBadRequest (by not a goodName, zero time),
 // ErrTimeBackwards, ErrSealed (already terminated).
 func (m *Model) Terminate(by string, at time.Time) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 
-	if by == "" {
-		return fmt.Errorf("model: terminate needs a name in by: %w", lineage.ErrBadRequest)
+	if !m.goodName(by) {
+		return fmt.Errorf("model: terminate by %q: must name a person or service other than the agent: %w", by, lineage.ErrBadRequest)
 	}
 	if at.IsZero() {
 		return fmt.Errorf("model: terminate without a time: %w", lineage.ErrBadRequest)
 	}
 	at = at.Round(0)
+	if err := holdable(at); err != nil {
+		return err
+	}
 	if at.Before(m.last) {
 		return fmt.Errorf("model: terminate at %s is before the last record (%s): %w",
 			at.UTC().Format(time.RFC3339Nano), m.last.UTC().Format(time.RFC3339Nano), lineage.ErrTimeBackwards)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/lineage-guard/lineage/internal/diag"
+	"github.com/lineage-guard/lineage/internal/jsontext"
 )
 
 // jsonParser walks encoding/json's token stream, recording positions.
@@ -58,6 +59,13 @@ func (p *jsonParser) next(ptr string) (json.Token, int, error) {
 	if err != nil {
 		p.syntaxError(err, start, ptr)
 		return nil, start, errStop
+	}
+	if _, ok := tok.(string); ok {
+		// encoding/json turns a lone surrogate escape into U+FFFD silently.
+		if r, at, lone := jsontext.LoneSurrogate(p.data[start:p.dec.InputOffset()]); lone {
+			p.errorAt(start+at, ptr, fmt.Sprintf(`lone surrogate \u%04x is not valid Unicode`, r))
+			return nil, start, errStop
+		}
 	}
 	return tok, start, nil
 }

@@ -39,6 +39,7 @@ type env struct {
 	tokens   map[string]string // role → token
 	srv      *server.Server
 	logs     *syncBuffer
+	agents   map[string]string // agent id → token
 }
 
 func start(t *testing.T) *env {
@@ -104,8 +105,14 @@ func (e *env) agent() (string, *client.Client) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	if e.agents == nil {
+		e.agents = map[string]string{}
+	}
+	e.agents[c.Agent] = c.Token
 	return c.Agent, e.client(c.Token)
 }
+
+func (e *env) agentToken(agent string) string { return e.agents[agent] }
 
 // raw sends a raw HTTP request and returns the status and the decoded error body.
 func (e *env) raw(method, path, token, body string) (int, map[string]any) {

@@ -92,6 +92,8 @@ var commands = []func(*globalParams) *cobra.Command{
 	newVerifyCmd,
 	newTestCmd,
 	newBenchCmd,
+	newServeCmd,
+	newTokenCmd,
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {

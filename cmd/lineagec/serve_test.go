@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/client"
+	"github.com/lineage-guard/lineage/compiler"
+	"github.com/lineage-guard/lineage/policy"
+	"github.com/lineage-guard/lineage/runtime"
+	"github.com/lineage-guard/lineage/runtime/store"
+)
+
+// startServe runs `lineagec serve` (this test binary under that name, see
+// TestMain) on a free loopback port and returns the process and its URL.
+func startServe(t *testing.T, data string, extra ...string) (*exec.Cmd, string, func() string) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "lineagec")
+	if err := os.Symlink(os.Args[0], bin); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0", "--data", data}, extra...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	var out strings.Builder
+	var mu sync.Mutex
+	urlc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		re := regexp.MustCompile(`serving .* on (http://\S+)`)
+		for sc.Scan() {
+			mu.Lock()
+			out.WriteString(sc.Text() + "\n")
+			mu.Unlock()
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				urlc <- m[1]
+			}
+		}
+	}()
+	select {
+	case u := <-urlc:
+		return cmd, u, func() string { mu.Lock(); defer mu.Unlock(); return out.String() }
+	case <-time.After(30 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("serve did not start:\n%s", out.String())
+	}
+	return nil, "", nil
+}
+
+// TestServeSIGTERM: under load, SIGTERM ends serve with status 0; every
+// verdict a client received is in the log, and the log verifies.
+func TestServeSIGTERM(t *testing.T) {
+	data := t.TempDir()
+	cmd, url, stderr := startServe(t, data)
+	tok, err := os.ReadFile(filepath.Join(data, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := os.Stat(filepath.Join(data, "admin.token")); info.Mode().Perm() != 0o600 {
+		t.Errorf("admin.token mode %v", info.Mode().Perm())
+	}
+	if strings.Contains(stderr(), strings.TrimSpace(string(tok))) {
+		t.Errorf("serve printed the admin token")
+	}
+	admin, _ := client.New(url, strings.TrimSpace(string(tok)), nil)
+	ctx := context.Background()
+	created, err := admin.CreateAgent(ctx, json.RawMessage(`{"budget": 100000, "tools": {"t": {"cost": 1}}}`), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bot, _ := client.New(url, created.Token, nil)
+	bot.Retries = 0
+	var (
+		mu      sync.Mutex
+		got     = map[uint64]bool{}
+		wg      sync.WaitGroup
+		stopped = make(chan struct{})
+	)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stopped:
+					return
+				default:
+				}
+				v, err := bot.Request(ctx, created.Agent, lineage.Request{Tool: "t"})
+				if err != nil {
+					return // the server went away: that request was never acknowledged
+				}
+				mu.Lock()
+				got[v.Seq] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	close(stopped)
+	wg.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) || err != nil {
+		t.Fatalf("serve after SIGTERM: %v\n%s", err, stderr())
+	}
+	st, err := store.OpenFile(data, store.FileOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rt := runtime.Open(st, runtime.Options{Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) }})
+	recs, err := rt.Records(created.Agent)
+	if err != nil {
+		t.Fatalf("the log does not verify after SIGTERM: %v", err)
+	}
+	if len(got) == 0 {
+		t.Fatal("no request was answered before SIGTERM")
+	}
+	for seq := range got {
+		if seq >= uint64(len(recs)) || recs[seq].Kind != lineage.KindAction {
+			t.Errorf("verdict at seq %d was answered but is not in the log (%d records)", seq, len(recs))
+		}
+	}
+	if !strings.Contains(stderr(), "the store is closed") {
+		t.Errorf("stderr:\n%s", stderr())
+	}
+}

@@ -76,6 +76,12 @@ func runAgentCreate(ctx context.Context, p agentCreateParams, _ []string, stdout
 	if p.policy == "" {
 		return fmt.Errorf("agent create needs a policy: --policy FILE")
 	}
+	if c, err := p.remote(); c != nil || err != nil {
+		if err != nil {
+			return err
+		}
+		return remoteAgentCreate(ctx, c, p, stdout, stderr)
+	}
 	// Compile first: an invalid policy creates nothing, not even the directory.
 	r := compileFile(p.policy)
 	if !r.Valid {
@@ -146,6 +152,12 @@ type agentSummary struct {
 func runAgentList(ctx context.Context, p agentListParams, _ []string, stdout, stderr io.Writer) error {
 	if err := checkFormat(p.format, formatText, formatTable, formatJSON); err != nil {
 		return err
+	}
+	if c, err := p.remote(); c != nil || err != nil {
+		if err != nil {
+			return err
+		}
+		return remoteAgentList(ctx, c, p, stdout, stderr)
 	}
 	s, err := openSession(p.globalParams, readData)
 	if err != nil {

@@ -62,7 +62,8 @@ func (e *exitError) Unwrap() error { return e.err }
 
 // globalParams are the persistent flags every command sees.
 type globalParams struct {
-	data string // --data; "" means $LINEAGE_DATA, else ./.lineage
+	data string       // --data; "" means $LINEAGE_DATA, else ./.lineage
+	srv  remoteParams // --server (remote.go)
 }
 
 // dataDir resolves the data directory of the agent commands.
@@ -94,6 +95,7 @@ var commands = []func(*globalParams) *cobra.Command{
 	newBenchCmd,
 	newServeCmd,
 	newTokenCmd,
+	newPendingCmd,
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -109,6 +111,7 @@ conformance suites.` + "\n" + exitCodesHelp,
 	}
 	root.PersistentFlags().StringVar(&g.data, "data", "",
 		"data directory of the agent logs (default $LINEAGE_DATA, else ./.lineage)")
+	addRemoteFlags(root, g)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {

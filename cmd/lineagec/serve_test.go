@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +23,9 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/server"
+
+	"github.com/rogpeppe/go-internal/testscript"
 )
 
 // startServe runs `lineagec serve` (this test binary under that name, see
@@ -147,4 +152,76 @@ func TestServeSIGTERM(t *testing.T) {
 	if !strings.Contains(stderr(), "the store is closed") {
 		t.Errorf("stderr:\n%s", stderr())
 	}
+}
+
+// TestBothWays runs each testdata/both/*.txtar twice: on the local store, and
+// against a real `lineagec serve` handler over another data directory, with
+// $LINEAGE_SERVER and an admin $LINEAGE_TOKEN named "ops". The output and
+// exit status must match; [remote] and [!remote] mark the lines that differ
+// by design (--by is refused remotely, the token names the approver).
+func TestBothWays(t *testing.T) {
+	for _, remote := range []bool{false, true} {
+		name := "local"
+		if remote {
+			name = "remote"
+		}
+		t.Run(name, func(t *testing.T) {
+			testscript.Run(t, testscript.Params{
+				Dir:                 "testdata/both",
+				RequireExplicitExec: true,
+				Setup: func(env *testscript.Env) error {
+					env.Setenv("LINEAGE_DATA", filepath.Join(env.WorkDir, "data"))
+					if !remote {
+						return nil
+					}
+					u, tok, stop, err := serveInProcess(filepath.Join(env.WorkDir, "srv"))
+					if err != nil {
+						return err
+					}
+					env.Defer(stop)
+					env.Setenv("LINEAGE_SERVER", u)
+					env.Setenv("LINEAGE_TOKEN", tok)
+					return nil
+				},
+				Condition: func(cond string) (bool, error) {
+					if cond == "remote" {
+						return remote, nil
+					}
+					return false, fmt.Errorf("unknown condition %q", cond)
+				},
+				Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+					"exits":   cmdExits,
+					"capture": cmdCapture,
+				},
+			})
+		})
+	}
+}
+
+// serveInProcess starts the server package over a data directory on a
+// loopback port, with one admin "ops".
+func serveInProcess(dir string) (string, string, func(), error) {
+	st, err := store.OpenFile(dir, store.FileOptions{})
+	if err != nil {
+		return "", "", nil, err
+	}
+	rt := runtime.Open(st, runtime.Options{Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) }})
+	tok := server.NewToken()
+	srv, err := server.New(server.Config{Runtime: rt, Key: server.NewKey(),
+		Principals: []server.Entry{{Name: "ops", Role: server.RoleAdmin, TokenSHA256: server.TokenSHA256(tok)}}})
+	if err != nil {
+		return "", "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", "", nil, err
+	}
+	hs := srv.HTTPServer("")
+	go hs.Serve(ln)
+	return "http://" + ln.Addr().String(), tok, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(ctx)
+		_ = st.Close()
+	}, nil
 }

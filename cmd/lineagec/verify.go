@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -57,6 +58,12 @@ func runVerify(p verifyParams, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	target := args[0]
+	if c, err := p.remote(); c != nil || err != nil {
+		if err != nil {
+			return err
+		}
+		return remoteVerify(context.Background(), c, target, p.format, stdout)
+	}
 	var (
 		recs []lineage.Record
 		err  error

@@ -40,6 +40,7 @@ type env struct {
 	srv      *server.Server
 	logs     *syncBuffer
 	agents   map[string]string // agent id → token
+	store    *store.File
 }
 
 func start(t *testing.T) *env {
@@ -79,11 +80,11 @@ func start(t *testing.T) *env {
 		if err := hs.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
-		if err := st.Close(); err != nil {
+		if err := st.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
 			t.Errorf("closing the store: %v", err)
 		}
 	})
-	e := &env{t: t, url: "http://" + ln.Addr().String(), dir: dir, srv: srv, logs: logs,
+	e := &env{t: t, url: "http://" + ln.Addr().String(), dir: dir, srv: srv, logs: logs, store: st,
 		tokens: map[string]string{"admin": adminTok, "approver": approverTok}}
 	e.admin = e.client(adminTok)
 	e.approver = e.client(approverTok)
@@ -350,4 +351,27 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// TestStoreGone: once the store cannot be written, requests are 503
+// unavailable, /health says so, and nothing is acknowledged.
+func TestStoreGone(t *testing.T) {
+	e := start(t)
+	agent, bot := e.agent()
+	before := e.lines(agent)
+	if err := e.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bot.Retries = 0
+	_, err := bot.Request(bg, agent, lineage.Request{Tool: "pay", Args: map[string]any{"amount": json.Number("1")}})
+	var ce *client.Error
+	if !errors.Is(err, lineage.ErrUnavailable) || !errors.As(err, &ce) || ce.Status != 503 {
+		t.Errorf("request on a closed store: %v", err)
+	}
+	if err := e.admin.Health(bg); !errors.Is(err, lineage.ErrUnavailable) {
+		t.Errorf("health on a closed store: %v", err)
+	}
+	if got := e.lines(agent); got != before {
+		t.Errorf("%d records after the failure, were %d", got, before)
+	}
 }

@@ -3,10 +3,19 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,7 +59,7 @@ func startServe(t *testing.T, data string, extra ...string) (*exec.Cmd, string, 
 	urlc := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
-		re := regexp.MustCompile(`serving .* on (http://\S+)`)
+		re := regexp.MustCompile(`serving .* on (https?://\S+)`)
 		for sc.Scan() {
 			mu.Lock()
 			out.WriteString(sc.Text() + "\n")
@@ -224,4 +233,60 @@ func serveInProcess(dir string) (string, string, func(), error) {
 		_ = hs.Shutdown(ctx)
 		_ = st.Close()
 	}, nil
+}
+
+// TestServeTLS: with --tls-cert and --tls-key the service speaks HTTPS only.
+func TestServeTLS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	pool := writeSelfSigned(t, certFile, keyFile)
+	_, u, _ := startServe(t, filepath.Join(dir, "data"), "--tls-cert", certFile, "--tls-key", keyFile)
+	if !strings.HasPrefix(u, "https://") {
+		t.Fatalf("serving on %s", u)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	c, _ := client.New(u, "", hc)
+	if err := c.Health(context.Background()); err != nil {
+		t.Errorf("health over TLS: %v", err)
+	}
+	resp, err := http.Get(strings.Replace(u, "https://", "http://", 1) + "/health")
+	if err == nil {
+		if resp.StatusCode == 200 {
+			t.Errorf("plain HTTP was answered 200 on a TLS port")
+		}
+		resp.Body.Close()
+	}
+}
+
+// writeSelfSigned writes a certificate for 127.0.0.1 and its key, and returns a pool trusting it.
+func writeSelfSigned(t *testing.T, certFile, keyFile string) *x509.CertPool {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "lineage test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return pool
 }

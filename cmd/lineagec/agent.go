@@ -7,7 +7,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -184,20 +183,8 @@ func runAgentList(ctx context.Context, p agentListParams, _ []string, stdout, st
 		}
 		rows = append(rows, row)
 	}
-	if p.format == formatJSON {
-		if err := writeJSONIndent(stdout, rows); err != nil {
-			return err
-		}
-	} else {
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tSTATUS\tREMAINING\tSCAR_SCORE\tRECORDS")
-		for _, r := range rows {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", r.Agent, dash(r.Name), r.Status,
-				intOrDash(r.Remaining), intOrDash(r.ScarScore), r.Records)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+	if err := writeAgentRows(stdout, p.format, rows); err != nil {
+		return err
 	}
 	if damaged > 0 {
 		return &exitError{code: exitFailure, err: fmt.Errorf("%d of %d logs are damaged", damaged, len(ids))}

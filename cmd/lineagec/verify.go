@@ -106,19 +106,7 @@ func runVerify(p verifyParams, args []string, stdout, stderr io.Writer) error {
 		seq := uint64(len(recs))
 		res.OK, res.BadSeq, res.Reason = false, &seq, "log ends before its policy record"
 	}
-	if p.format == formatJSON {
-		if err := writeJSONIndent(stdout, res); err != nil {
-			return err
-		}
-	} else if res.OK {
-		fmt.Fprintf(stdout, "ok: %d records, head %s\n", res.Records, res.Head)
-	} else {
-		fmt.Fprintf(stdout, "damaged at seq %d: %s\n", *res.BadSeq, res.Reason)
-	}
-	if !res.OK {
-		return &exitError{code: exitFailure}
-	}
-	return nil
+	return writeVerifyResult(stdout, p.format, res)
 }
 
 // looksLikePath tells a file name from an agent id (which has no path

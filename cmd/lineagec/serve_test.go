@@ -38,8 +38,10 @@ import (
 )
 
 // startServe runs `lineagec serve` (this test binary under that name, see
-// TestMain) on a free loopback port and returns the process and its URL.
-func startServe(t *testing.T, data string, extra ...string) (*exec.Cmd, string, func() string) {
+// TestMain) on a free loopback port and returns the process, its URL, its
+// stderr so far, and a wait that returns once the process ended and all its
+// stderr is read.
+func startServe(t *testing.T, data string, extra ...string) (*exec.Cmd, string, func() string, func() error) {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "lineagec")
 	if err := os.Symlink(os.Args[0], bin); err != nil {
@@ -57,7 +59,16 @@ func startServe(t *testing.T, data string, extra ...string) (*exec.Cmd, string, 
 	var out strings.Builder
 	var mu sync.Mutex
 	urlc := make(chan string, 1)
+	eof := make(chan struct{})
+	wait := func() error {
+		select { // Wait closes the pipe: read it to its end first
+		case <-eof:
+		case <-time.After(60 * time.Second):
+		}
+		return cmd.Wait()
+	}
 	go func() {
+		defer close(eof)
 		sc := bufio.NewScanner(stderr)
 		re := regexp.MustCompile(`serving .* on (https?://\S+)`)
 		for sc.Scan() {
@@ -71,20 +82,20 @@ func startServe(t *testing.T, data string, extra ...string) (*exec.Cmd, string, 
 	}()
 	select {
 	case u := <-urlc:
-		return cmd, u, func() string { mu.Lock(); defer mu.Unlock(); return out.String() }
+		return cmd, u, func() string { mu.Lock(); defer mu.Unlock(); return out.String() }, wait
 	case <-time.After(30 * time.Second):
 		mu.Lock()
 		defer mu.Unlock()
 		t.Fatalf("serve did not start:\n%s", out.String())
 	}
-	return nil, "", nil
+	return nil, "", nil, nil
 }
 
 // TestServeSIGTERM: under load, SIGTERM ends serve with status 0; every
 // verdict a client received is in the log, and the log verifies.
 func TestServeSIGTERM(t *testing.T) {
 	data := t.TempDir()
-	cmd, url, stderr := startServe(t, data)
+	cmd, url, stderr, wait := startServe(t, data)
 	tok, err := os.ReadFile(filepath.Join(data, "admin.token"))
 	if err != nil {
 		t.Fatal(err)
@@ -129,11 +140,19 @@ func TestServeSIGTERM(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(500 * time.Millisecond)
+	// SIGTERM once the load is on: some verdicts answered, more in flight.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n >= 50 {
+			break
+		}
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	err = cmd.Wait()
+	err = wait()
 	close(stopped)
 	wg.Wait()
 	var ee *exec.ExitError
@@ -240,7 +259,7 @@ func TestServeTLS(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	pool := writeSelfSigned(t, certFile, keyFile)
-	_, u, _ := startServe(t, filepath.Join(dir, "data"), "--tls-cert", certFile, "--tls-key", keyFile)
+	_, u, _, _ := startServe(t, filepath.Join(dir, "data"), "--tls-cert", certFile, "--tls-key", keyFile)
 	if !strings.HasPrefix(u, "https://") {
 		t.Fatalf("serving on %s", u)
 	}

@@ -182,3 +182,23 @@ func TestSlowClients(t *testing.T) {
 	}
 	_ = http.StatusRequestTimeout
 }
+
+// TestBearerScheme: the scheme is case-insensitive (RFC 7235); anything else is 401.
+func TestBearerScheme(t *testing.T) {
+	e := start(t)
+	for header, want := range map[string]int{
+		"bearer " + e.tokens["admin"]: 200, "BEARER " + e.tokens["admin"]: 200,
+		"Basic " + e.tokens["admin"]: 401, e.tokens["admin"]: 401, "Bearer ": 401, "Bearer  ": 401,
+	} {
+		req, _ := http.NewRequest("GET", e.url+"/v1/whoami", nil)
+		req.Header.Set("Authorization", header)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Authorization %.12q…: %d, want %d", header, resp.StatusCode, want)
+		}
+	}
+}

@@ -235,8 +235,8 @@ func (s *Server) authorize(r *http.Request, who access) (Principal, error) {
 	if who == public {
 		return Principal{}, nil
 	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		return Principal{}, newError(http.StatusUnauthorized, CodeUnauthorized, "this call needs Authorization: Bearer <token>")
 	}
 	p, ok := s.auth.principal(strings.TrimSpace(token))

@@ -31,7 +31,7 @@ const testPolicy = `{"budget": 10, "tools": {
 
 // env is a real server on a free loopback port over a file store.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	url      string
 	dir      string
 	admin    *client.Client
@@ -43,7 +43,7 @@ type env struct {
 	store    *store.File
 }
 
-func start(t *testing.T) *env {
+func start(t testing.TB) *env {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := store.OpenFile(dir, store.FileOptions{})

@@ -41,6 +41,7 @@ type env struct {
 	logs     *syncBuffer
 	agents   map[string]string // agent id → token
 	store    *store.File
+	hs       *http.Server
 }
 
 func start(t testing.TB) *env {
@@ -77,14 +78,14 @@ func start(t testing.TB) *env {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := hs.Shutdown(ctx); err != nil {
+		if err := hs.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			t.Errorf("shutdown: %v", err)
 		}
 		if err := st.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
 			t.Errorf("closing the store: %v", err)
 		}
 	})
-	e := &env{t: t, url: "http://" + ln.Addr().String(), dir: dir, srv: srv, logs: logs, store: st,
+	e := &env{t: t, url: "http://" + ln.Addr().String(), dir: dir, srv: srv, logs: logs, store: st, hs: hs,
 		tokens: map[string]string{"admin": adminTok, "approver": approverTok}}
 	e.admin = e.client(adminTok)
 	e.approver = e.client(approverTok)
@@ -373,5 +374,39 @@ func TestStoreGone(t *testing.T) {
 	}
 	if got := e.lines(agent); got != before {
 		t.Errorf("%d records after the failure, were %d", got, before)
+	}
+}
+
+// TestShutdownEndsStreamsAndWaits: Shutdown returns promptly although an
+// event stream and a held request are open; the held one gets its verdict.
+func TestShutdownEndsStreamsAndWaits(t *testing.T) {
+	e := start(t)
+	agent, bot := e.agent()
+	if _, err := bot.Request(bg, agent, lineage.Request{ID: "w", Tool: "wire"}); err != nil {
+		t.Fatal(err)
+	}
+	streamDone := make(chan error, 1)
+	go func() { streamDone <- e.approver.Events(bg, func(client.Event) error { return nil }) }()
+	held := make(chan lineage.Verdict, 1)
+	go func() { v, _ := bot.Verdict(bg, agent, "w", 60*time.Second); held <- v }()
+	time.Sleep(300 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := e.hs.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v after %v", err, time.Since(start))
+	}
+	select {
+	case v := <-held:
+		if v.Decision != lineage.Pending {
+			t.Errorf("held request at shutdown: %+v", v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the held request did not end at shutdown")
+	}
+	select {
+	case <-streamDone:
+	case <-time.After(5 * time.Second):
+		t.Error("the event stream did not end at shutdown")
 	}
 }

@@ -370,7 +370,7 @@ func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, _ Principal)
 	for _, id := range ids {
 		info, err := s.rt.Info(r.Context(), id)
 		if err != nil {
-			if errorOf(err).status == http.StatusServiceUnavailable && r.Context().Err() != nil {
+			if r.Context().Err() != nil {
 				return err
 			}
 			rows = append(rows, agentRow{Agent: id, Status: "damaged", Error: err.Error()})

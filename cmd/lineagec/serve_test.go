@@ -259,7 +259,7 @@ func TestServeTLS(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	pool := writeSelfSigned(t, certFile, keyFile)
-	_, u, _, _ := startServe(t, filepath.Join(dir, "data"), "--tls-cert", certFile, "--tls-key", keyFile)
+	_, u, stderr, _ := startServe(t, filepath.Join(dir, "data"), "--tls-cert", certFile, "--tls-key", keyFile, "--log-format", "json")
 	if !strings.HasPrefix(u, "https://") {
 		t.Fatalf("serving on %s", u)
 	}
@@ -267,6 +267,10 @@ func TestServeTLS(t *testing.T) {
 	c, _ := client.New(u, "", hc)
 	if err := c.Health(context.Background()); err != nil {
 		t.Errorf("health over TLS: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond) // the log line follows the answer
+	if !regexp.MustCompile(`(?m)^\{"time":.*"msg":"request","method":"GET","route":"/health"`).MatchString(stderr()) {
+		t.Errorf("no JSON request log line:\n%s", stderr())
 	}
 	resp, err := http.Get(strings.Replace(u, "https://", "http://", 1) + "/health")
 	if err == nil {

@@ -25,8 +25,12 @@ fail() {
 	exit 1
 }
 
+# On a cold cache the first build downloads and compiles OPA and cel-go,
+# which takes a minute or more with nothing on the screen: say so first.
+echo "walkthrough: building lineagec (the first build fetches and compiles OPA and cel-go: a minute or more on a cold cache)..."
 echo "\$ go build -o ./bin/lineagec ./cmd/lineagec"
 go build -o ./bin/lineagec ./cmd/lineagec
+echo "walkthrough: built ./bin/lineagec"
 LINEAGEC=$PWD/bin/lineagec
 
 scratch=$(mktemp -d)

@@ -108,7 +108,8 @@ func checkFlip(t *testing.T, dir, agent string, off int, mask byte, data []byte,
 }
 
 // TestTornTailRuntime cuts the file at every offset inside its last record
-// (from the record's first byte to just before its newline): a fresh runtime
+// (from the record's first byte to just before its newline; a cut of the
+// newline alone leaves a whole record, which opens: D40): a fresh runtime
 // opens the agent at the record before it, the chain verifies, and a new
 // request replaces the torn bytes, appends at the right seq and verifies.
 func TestTornTailRuntime(t *testing.T) {
@@ -135,8 +136,8 @@ func TestTornTailRuntime(t *testing.T) {
 	dir := t.TempDir()
 	path := agentPath(dir, agent)
 	checked := 0
-	for cut := last; cut < len(pristine); cut++ {
-		if cut%stride != 0 && cut != last && cut != last+1 && cut != len(pristine)-1 {
+	for cut := last; cut < len(pristine)-1; cut++ {
+		if cut%stride != 0 && cut != last && cut != last+1 && cut != len(pristine)-2 {
 			continue
 		}
 		checked++
@@ -184,6 +185,28 @@ func TestTornTailRuntime(t *testing.T) {
 		}
 	}
 	t.Logf("%d cuts of a %d-byte last record", checked, len(pristine)-last)
+
+	// Only the final newline missing: Verify and a fresh runtime both see
+	// every record, and the next request goes after it.
+	writeFile(t, path, pristine[:len(pristine)-1])
+	st2, err := store.OpenFile(dir, store.FileOptions{Sync: store.SyncFiles})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	rt2 := runtime.Open(st2, reopenOpts())
+	if err := rt2.Verify(agent); err != nil {
+		t.Fatalf("newline cut: Verify: %v", err)
+	}
+	if state := mustState(t, rt2, agent); state.Seq != uint64(n-1) {
+		t.Fatalf("newline cut: opened at seq %d, want %d", state.Seq, n-1)
+	}
+	if v := mustRequest(t, rt2, agent, lineage.Request{Tool: "read", At: sec(100)}); v.Seq != uint64(n) {
+		t.Fatalf("newline cut: next verdict at seq %d, want %d", v.Seq, n)
+	}
+	if err := rt2.Verify(agent); err != nil {
+		t.Fatalf("newline cut: Verify after the new request: %v", err)
+	}
 }
 
 // TestCrashBetweenVerdictAndTermination: a verdict that terminates the agent is

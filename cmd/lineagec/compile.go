@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -22,7 +24,8 @@ func newCompileCmd(g *globalParams) *cobra.Command {
 		Long: `Compile compiles a policy file and writes it as a directory: the Rego modules
 (lineage's library, the generated policy.rego and the extensions), the
 normalized policy (policy.json) and manifest.json. DIR is replaced only if it
-is empty or holds an earlier compiled policy.
+is empty or holds an earlier compiled policy; missing parent folders are
+created (only once the policy is valid).
 
 It prints "DIGEST  DIR"; --format json prints {digest, dir, modules}. An invalid
 policy prints its diagnostics as check does (on stderr; with --format json, the
@@ -56,6 +59,11 @@ func runCompile(p compileParams, args []string, stdout, stderr io.Writer) error 
 			return &exitError{code: exitFailure, err: fmt.Errorf("%s: invalid policy", r.File)}
 		}
 		return invalidPolicy(r, stderr)
+	}
+	// WriteDir writes a sibling of DIR and renames it into place, so DIR's
+	// parent must exist; a user naming -o build/invoice expects it made.
+	if err := os.MkdirAll(filepath.Dir(filepath.Clean(p.out)), 0o755); err != nil {
+		return fmt.Errorf("writing %s: %w", p.out, err)
 	}
 	if err := compiler.WriteDir(r.compiled, p.out); err != nil {
 		return fmt.Errorf("writing %s: %w", p.out, err)

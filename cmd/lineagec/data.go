@@ -50,8 +50,19 @@ func openSession(g *globalParams, how access) (*session, error) {
 		return nil, fmt.Errorf("data directory %s is not a directory", dir)
 	}
 	// Another lineagec (or a service embedding the runtime) may hold the
-	// directory: wait for it rather than fail.
-	st, err := store.OpenFile(dir, store.FileOptions{ReadOnly: how == readData, WaitForLock: true})
+	// directory: wait for it, saying so at once, for up to --lock-timeout.
+	st, err := store.OpenFile(dir, store.FileOptions{
+		ReadOnly:    how == readData,
+		WaitForLock: g.lockTimeout > 0,
+		LockTimeout: g.lockTimeout,
+		OnLockWait: func(h store.LockHolder) {
+			fmt.Fprintf(g.stderr, "lineagec: waiting for the data directory %s: it is in use by %s (giving up after %v; --lock-timeout)\n",
+				dir, h, g.lockTimeout)
+		},
+	})
+	if errors.Is(err, store.ErrLocked) && g.lockTimeout > 0 {
+		return nil, fmt.Errorf("%w (--lock-timeout sets how long to wait)", err)
+	}
 	if err != nil {
 		return nil, err
 	}

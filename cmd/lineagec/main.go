@@ -27,6 +27,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -62,8 +63,10 @@ func (e *exitError) Unwrap() error { return e.err }
 
 // globalParams are the persistent flags every command sees.
 type globalParams struct {
-	data string       // --data; "" means $LINEAGE_DATA, else ./.lineage
-	srv  remoteParams // --server (remote.go)
+	data        string        // --data; "" means $LINEAGE_DATA, else ./.lineage
+	lockTimeout time.Duration // --lock-timeout: how long to wait for the data directory's lock
+	stderr      io.Writer     // where a wait for the lock is announced
+	srv         remoteParams  // --server (remote.go)
 }
 
 // dataDir resolves the data directory of the agent commands.
@@ -93,13 +96,15 @@ var commands = []func(*globalParams) *cobra.Command{
 	newVerifyCmd,
 	newTestCmd,
 	newBenchCmd,
+	newVersionCmd,
+	newStoreCmd,
 	newServeCmd,
 	newTokenCmd,
 	newPendingCmd,
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
-	g := &globalParams{}
+	g := &globalParams{stderr: stderr}
 	root := &cobra.Command{
 		Use:   "lineagec",
 		Short: "Guard AI agents with policies and hash-chained logs",
@@ -111,6 +116,8 @@ conformance suites.` + "\n" + exitCodesHelp,
 	}
 	root.PersistentFlags().StringVar(&g.data, "data", "",
 		"data directory of the agent logs (default $LINEAGE_DATA, else ./.lineage)")
+	root.PersistentFlags().DurationVar(&g.lockTimeout, "lock-timeout", 10*time.Second,
+		"how long to wait for another process to release the data directory (0: do not wait)")
 	addRemoteFlags(root, g)
 	root.SetOut(stdout)
 	root.SetErr(stderr)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -121,30 +120,18 @@ func isDamage(err error) bool {
 	return errors.As(err, &chain) || errors.As(err, &damage)
 }
 
-// verifyFile verifies a log file's lines. A final line without '\n' is a torn
-// tail: ignored, as the store ignores it, and reported on stderr.
+// verifyFile verifies a log file's lines, read by the store's own rules
+// (store.ScanFile): a final segment that is not a whole record is a torn tail,
+// ignored as the store ignores it and reported on stderr.
 func verifyFile(path string, stderr io.Writer) ([]lineage.Record, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	r := bufio.NewReaderSize(f, 256<<10)
-	return runtime.VerifyLines(func(fn func(uint64, []byte) error) error {
-		for seq := uint64(0); ; seq++ {
-			line, err := r.ReadBytes('\n')
-			if errors.Is(err, io.EOF) {
-				if len(line) > 0 {
-					fmt.Fprintf(stderr, "lineagec: %s: ignoring a torn last line (%d bytes without a newline)\n", path, len(line))
-				}
-				return nil
-			}
-			if err != nil {
-				return fmt.Errorf("reading %s: %w", path, err)
-			}
-			if err := fn(seq, line[:len(line)-1]); err != nil {
-				return err
-			}
-		}
+	var torn int64
+	recs, err := runtime.VerifyLines(func(fn func(uint64, []byte) error) error {
+		var err error
+		torn, err = store.ScanFile(path, fn)
+		return err
 	})
+	if torn > 0 {
+		fmt.Fprintf(stderr, "lineagec: %s: ignoring a torn last line (%d bytes without a newline)\n", path, torn)
+	}
+	return recs, err
 }

@@ -138,3 +138,22 @@ func BenchmarkFileScan(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)*n/b.Elapsed().Seconds(), "records/s")
 }
+
+// BenchmarkFileCreate: a create as the runtime makes one (Create, then one
+// Append of genesis and policy), durable when it returns.
+func BenchmarkFileCreate(b *testing.B) {
+	s, err := OpenFile(b.TempDir(), FileOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	for i := 0; b.Loop(); i++ {
+		id := fmt.Sprintf("agt_%08d", i)
+		if err := s.Create(id); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Append(id, 0, rec(id, 0), rec(id, 1)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -50,13 +50,7 @@ func (e *DamageError) Unwrap() error { return ErrDamaged }
 // checkAgent accepts ids matching ^[A-Za-z0-9_.-]{1,128}$ that do not start
 // with '.'.
 func checkAgent(agent string) error {
-	ok := len(agent) >= 1 && len(agent) <= MaxAgentID && agent[0] != '.'
-	for i := 0; ok && i < len(agent); i++ {
-		c := agent[i]
-		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-			c == '_' || c == '.' || c == '-'
-	}
-	if ok {
+	if validAgent(agent) {
 		return nil
 	}
 	shown := agent
@@ -65,6 +59,17 @@ func checkAgent(agent string) error {
 	}
 	return fmt.Errorf("%w %q: want 1 to %d characters of [A-Za-z0-9_.-], not starting with '.'",
 		ErrBadAgent, shown, MaxAgentID)
+}
+
+// validAgent is checkAgent without the error.
+func validAgent[S string | []byte](agent S) bool {
+	ok := len(agent) >= 1 && len(agent) <= MaxAgentID && agent[0] != '.'
+	for i := 0; ok && i < len(agent); i++ {
+		c := agent[i]
+		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+			c == '_' || c == '.' || c == '-'
+	}
+	return ok
 }
 
 // checkRecords validates the records of one Append and returns their total

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Ext is the file name extension of a log in a File store's directory.
@@ -76,6 +78,12 @@ type FileOptions struct {
 	// WaitForLock waits for another process to release the directory instead
 	// of failing at once with ErrLocked.
 	WaitForLock bool
+	// LockTimeout, with WaitForLock, bounds the wait: after it OpenFile fails
+	// with ErrLocked, naming the holder. Zero waits for as long as it takes.
+	LockTimeout time.Duration
+	// OnLockWait, with WaitForLock, is called once, before waiting, when the
+	// directory is found locked: with what the lock file says of its holder.
+	OnLockWait func(holder LockHolder)
 
 	hooks *fileHooks // tests only: failure injection
 }
@@ -143,8 +151,11 @@ type fileLog struct {
 	size  int64    // bytes of complete, durable records
 	count uint64   // records in those bytes
 	tail  bool     // the file has bytes beyond size: cut them before writing
+	nl    bool     // the last record lacks its newline: write it first
 	err   error    // sticky: the log is damaged or broken
 	refs  int      // Scans reading f without mu
+	// created: this store made the log (Agents lists it while it is empty).
+	created atomic.Bool
 
 	elem *list.Element // in handles, iff f != nil; guarded by handles.mu
 	req  commitReq     // see commitReq
@@ -177,13 +188,13 @@ func OpenFile(dir string, opts FileOptions) (*File, error) {
 		probe.Close()
 		os.Remove(probe.Name())
 	}
-	lock, err := lockDir(filepath.Join(dir, LockName), opts.ReadOnly, opts.WaitForLock)
+	lock, err := lockDir(filepath.Join(dir, LockName), opts)
 	if err != nil {
 		return nil, err
 	}
 	dirF, err := os.Open(dir)
 	if err != nil {
-		unlockDir(lock)
+		unlockDir(lock, opts.ReadOnly)
 		return nil, fmt.Errorf("store: open %s: %w", dir, err)
 	}
 	if opts.SyncWorkers <= 0 {
@@ -203,11 +214,19 @@ func OpenFile(dir string, opts FileOptions) (*File, error) {
 			mode = SyncJournal
 		}
 	}
+	if !opts.ReadOnly {
+		// First records that a crash kept from being renamed into place.
+		if leftovers, _ := filepath.Glob(filepath.Join(dir, createPrefix+"*")); len(leftovers) > 0 {
+			for _, name := range leftovers {
+				os.Remove(name)
+			}
+		}
+	}
 	s := &File{dir: dir, dirF: dirF, lock: lock, opts: opts, drained: make(chan struct{}, 1)}
 	s.handles.max = opts.MaxOpenFiles
 	fail := func(err error) (*File, error) {
 		dirF.Close()
-		unlockDir(lock)
+		unlockDir(lock, opts.ReadOnly)
 		return nil, err
 	}
 	var (
@@ -317,18 +336,11 @@ func (s *File) Create(agent string) error {
 		f.Close()
 	}
 	if !l.known {
-		l.known, l.size, l.count, l.tail, l.err = true, 0, 0, false, nil
+		l.known, l.size, l.count, l.tail, l.nl, l.err = true, 0, 0, false, false, nil
 	}
-	l.req = commitReq{full: true, dir: true}
-	if err := s.commit.commit(l); err != nil {
-		// The name may or may not be durable: take it back, so the caller's
-		// retry starts from nothing.
-		s.handles.remove(l)
-		l.f.Close()
-		l.f, l.known = nil, false
-		os.Remove(path)
-		return fmt.Errorf("store: %s: create: %w", agent, err)
-	}
+	l.created.Store(true)
+	// Nothing is synced: an empty log is not listed after a crash (see
+	// Agents), and the first records make the log durable (appendFirst).
 	return nil
 }
 
@@ -393,7 +405,7 @@ func (s *File) open(l *fileLog) error {
 			f.Close()
 			return err
 		default:
-			l.size, l.count, l.tail = res.good, res.count, res.end > res.good
+			l.size, l.count, l.tail, l.nl = res.good, res.count, res.end > res.good, res.unterminated
 		}
 		l.known = true
 	} else if st, err := f.Stat(); err != nil {
@@ -449,6 +461,9 @@ func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 	if len(recs) == 0 {
 		return nil
 	}
+	if l.count == 0 && l.refs == 0 {
+		return s.appendFirst(l, recs)
+	}
 	if l.tail {
 		if err := s.truncate(l, "cut torn tail"); err != nil {
 			return err
@@ -459,6 +474,9 @@ func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 	b := (*bp)[:0]
 	if cap(b) < total+len(recs) {
 		b = make([]byte, 0, total+len(recs))
+	}
+	if l.nl {
+		b = append(b, '\n') // the last record's missing newline (D40)
 	}
 	for _, r := range recs {
 		b = append(b, r...)
@@ -491,7 +509,11 @@ func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 		return err
 	}
 
-	l.req = commitReq{firstSeq: firstSeq, lines: b}
+	lines := b
+	if l.nl {
+		lines = b[1:]
+	}
+	l.req = commitReq{firstSeq: firstSeq, lines: lines}
 	err = s.commit.commit(l)
 	l.req.lines = nil
 	if err != nil {
@@ -507,8 +529,58 @@ func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 	}
 	l.size += int64(len(b))
 	l.count += uint64(len(recs))
+	l.nl = false
 	return nil
 }
+
+// appendFirst writes the first records of an empty log so that a crash at
+// any moment leaves the log empty or holding all of them (D41): they go to a
+// temporary file, which is synced and renamed over the empty log, and the
+// directory is synced. The caller holds l.mu; no Scan is reading l.f.
+func (s *File) appendFirst(l *fileLog, recs [][]byte) error {
+	b := joinLines(recs)
+	tmp, err := os.CreateTemp(s.dir, createPrefix+l.agent+"-*")
+	if err != nil {
+		return fmt.Errorf("store: %s: append at seq 0: %w", l.agent, err)
+	}
+	h := s.opts.hooks
+	if h != nil && h.write != nil {
+		_, err = h.write(l.agent, tmp, b, 0)
+	} else {
+		_, err = tmp.WriteAt(b, 0)
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if err == nil && h != nil && h.sync != nil {
+		err = h.sync(l.agent)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), l.path)
+	}
+	if err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return fmt.Errorf("store: %s: append at seq 0: %w (%s)", l.agent, err, l.path)
+	}
+	s.handles.remove(l)
+	l.f.Close()
+	l.f = tmp
+	s.handles.add(l)
+	l.size, l.count, l.tail, l.nl = int64(len(b)), uint64(len(recs)), false, false
+	if err := syncDir(s.dirF); err != nil {
+		// The records are in the log, but whether its new name is durable
+		// is not known: refuse further appends until the store is reopened.
+		l.err = fmt.Errorf("%w: %s: syncing the directory after its first records: %v (%s)", ErrBroken, l.agent, err, l.path)
+		return fmt.Errorf("store: %s: append at seq 0: %w", l.agent, err)
+	}
+	return nil
+}
+
+// createPrefix starts the name of the temporary file of a log's first
+// records (a leading dot: no agent id can take it). OpenFile removes those a
+// crash left.
+const createPrefix = ".create-"
 
 // truncate cuts l's file back to l.size and syncs the cut; on failure the log
 // is broken. The caller holds l.mu.
@@ -540,6 +612,19 @@ func (s *File) Scan(agent string, fn func(seq uint64, rec []byte) error) error {
 		return s.scanWithJournal(agent, jl, fn)
 	}
 	if err := s.damaged[agent]; err != nil {
+		// The records before the damage are intact: passed on, as for
+		// damage found in the log itself.
+		var damage *DamageError
+		if errors.As(err, &damage) && damage.Seq > 0 {
+			f, ferr := os.Open(damage.Path)
+			if ferr != nil {
+				return err
+			}
+			defer f.Close()
+			if serr := scanPrefix(agent, damage.Path, f, -1, damage.Seq, fn); serr != nil {
+				return serr
+			}
+		}
 		return err
 	}
 	l, err := s.log(agent)
@@ -575,9 +660,8 @@ func (s *File) Scan(agent string, fn func(seq uint64, rec []byte) error) error {
 }
 
 // scanWithJournal is Scan, for a read-only store, of a log that a crashed
-// writer's journal continues: the log's records up to the journal's first,
-// then the journal's (see replayLog: the log's own records from there on may
-// be torn or stale).
+// writer's journal continues: what the next writer's replay will make of it
+// (see planReplay), without writing.
 func (s *File) scanWithJournal(agent string, jl journalLog, fn func(seq uint64, rec []byte) error) error {
 	if jl.err != nil {
 		return jl.err
@@ -585,61 +669,81 @@ func (s *File) scanWithJournal(agent string, jl journalLog, fn func(seq uint64, 
 	path := s.Path(agent)
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return &DamageError{Agent: agent, Path: path, Reason: fmt.Sprintf("the log is missing, and the journal holds its records from %d", jl.first)}
+		return &DamageError{Agent: agent, Path: path, Reason: fmt.Sprintf("the log is missing, and the journal holds its records from %d", jl.first())}
 	}
 	if err != nil {
 		return fmt.Errorf("store: %s: open: %w", agent, err)
 	}
 	defer f.Close()
-	res, err := scanLines(agent, path, f, -1, func(n uint64, line []byte) error {
-		if n == jl.first {
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("store: %s: %w", agent, err)
+	}
+	p, err := planReplay(agent, path, f, st.Size(), jl)
+	if err != nil {
+		return err
+	}
+	if err := scanPrefix(agent, path, f, p.cut, p.keep, fn); err != nil {
+		return err
+	}
+	for i, rec := range p.write {
+		if err := fn(p.keep+uint64(i), rec); err != nil {
+			return err
+		}
+	}
+	return p.lost
+}
+
+// scanPrefix passes fn the log's records before seq n, read from the file's
+// first limit bytes (limit < 0: all of it).
+func scanPrefix(agent, path string, r io.ReaderAt, limit int64, n uint64, fn func(seq uint64, rec []byte) error) error {
+	_, err := scanLines(agent, path, r, limit, func(seq uint64, line []byte) error {
+		if seq >= n {
 			return errFound
 		}
-		return fn(n, line)
+		return fn(seq, line)
 	})
 	var stop errStop
 	var damage *DamageError
 	switch {
 	case errors.As(err, &stop) && stop.err == errFound:
+		return nil
 	case errors.As(err, &stop):
 		return stop.err
-	case errors.As(err, &damage) && damage.Seq == jl.first:
-		// Damage from the journal's first record on: the journal's records
-		// stand in for those (see replayLog).
-	case err != nil:
-		return err
-	case res.count < jl.first:
-		return &DamageError{Agent: agent, Path: path, Seq: res.count, Offset: res.good,
-			Reason: fmt.Sprintf("the log ends before record %d, which the journal continues", jl.first)}
+	case errors.As(err, &damage) && damage.Seq >= n:
+		return nil
 	}
-	for i, rec := range jl.recs {
-		if err := fn(jl.first+uint64(i), rec); err != nil {
-			return err
-		}
-	}
-	return nil
+	return err
 }
 
-// Agents implements Store: the ids of the *.jsonl files in the directory.
+// createdHere says whether this store created agent's log.
+func (s *File) createdHere(agent string) bool {
+	v, ok := s.logs.Load(agent)
+	return ok && v.(*fileLog).created.Load()
+}
+
+// Agents implements Store: the ids of the *.jsonl files in the directory,
+// but for empty ones that this store did not create: an empty log is a Create
+// whose first records never became durable (D41).
 func (s *File) Agents() ([]string, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
 	defer s.exit()
-	d, err := os.Open(s.dir)
+	ents, err := os.ReadDir(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("store: list %s: %w", s.dir, err)
 	}
-	defer d.Close()
-	names, err := d.Readdirnames(-1)
-	if err != nil {
-		return nil, fmt.Errorf("store: list %s: %w", s.dir, err)
-	}
-	ids := names[:0]
-	for _, n := range names {
-		if id, ok := strings.CutSuffix(n, Ext); ok && checkAgent(id) == nil {
-			ids = append(ids, id)
+	var ids []string
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), Ext)
+		if !ok || checkAgent(id) != nil {
+			continue
 		}
+		if info, err := e.Info(); err != nil || info.Size() == 0 && !s.createdHere(id) {
+			continue // gone since, or an empty log: a create that never got its first records (D41)
+		}
+		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	return ids, nil
@@ -674,6 +778,6 @@ func (s *File) Close() error {
 	if err := s.dirF.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("store: close %s: %w", s.dir, err))
 	}
-	unlockDir(s.lock)
+	unlockDir(s.lock, s.opts.ReadOnly)
 	return errors.Join(errs...)
 }

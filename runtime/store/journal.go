@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -10,6 +11,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 )
 
 // The journal (SyncJournal) makes appends durable with one fdatasync of one
@@ -29,9 +32,11 @@ import (
 //	payload:  agent length (uint16 LE), agent, first seq (uint64 LE),
 //	          then the records, each followed by '\n', as in the log
 //
-// Reading stops at the first entry that is short or fails its checksum: the
-// entries after it were never acknowledged (a batch is written, then synced,
-// then acknowledged, and a failed batch is cut off before the next).
+// A torn write leaves a short or failing entry at the end (a batch is
+// written, then synced, then acknowledged, and a failed batch is cut off
+// before the next). Damage elsewhere (a flipped byte, a zeroed block) costs
+// the entries it hits: reading resumes at the next whole entry, and opening
+// the store keeps every record the logs hold intact (see planReplay).
 
 // JournalName is the journal's file name in a File store's directory (a
 // leading dot: no agent id can take it).
@@ -67,54 +72,92 @@ type journalEntry struct {
 	lines    [][]byte // without their newlines
 }
 
-// readJournal decodes the journal's entries up to the first that is torn or
-// damaged.
-func readJournal(r io.Reader) ([]journalEntry, error) {
+// readJournal decodes the journal's entries. An entry that is short or fails
+// its checksum is skipped: reading goes on at the next offset where a whole
+// entry starts (its length, agent, newline and checksum all hold), so that
+// damage in the middle of the journal costs the entries it hit and no others.
+// damaged says whether such a region was found with entries after it (a bad
+// region at the end is a torn write that was never acknowledged, or damage
+// that cannot be told from one).
+func readJournal(r io.Reader) (entries []journalEntry, damaged bool, err error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	var out []journalEntry
-	for len(data) >= entryHeader {
-		n := binary.LittleEndian.Uint32(data)
-		sum := binary.LittleEndian.Uint32(data[4:])
-		if uint64(n) > uint64(len(data)-entryHeader) {
+	for off := 0; off+entryHeader <= len(data); {
+		if e, n, ok := parseEntry(data[off:]); ok {
+			entries = append(entries, e)
+			off += n
+			continue
+		}
+		next := -1
+		for p := off + 1; p+entryHeader <= len(data); p++ {
+			if _, _, ok := parseEntry(data[p:]); ok {
+				next = p
+				break
+			}
+		}
+		if next < 0 {
 			break
 		}
-		payload := data[entryHeader : entryHeader+int(n)]
-		if crc32.Checksum(payload, castagnoli) != sum || len(payload) < 2 {
-			break
-		}
-		al := int(binary.LittleEndian.Uint16(payload))
-		if len(payload) < 2+al+8 {
-			break
-		}
-		e := journalEntry{agent: string(payload[2 : 2+al]), firstSeq: binary.LittleEndian.Uint64(payload[2+al:])}
-		body := payload[2+al+8:]
-		if checkAgent(e.agent) != nil || len(body) == 0 || body[len(body)-1] != '\n' {
-			break
-		}
-		for _, line := range bytes.Split(body[:len(body)-1], []byte{'\n'}) {
-			e.lines = append(e.lines, line)
-		}
-		out = append(out, e)
-		data = data[entryHeader+int(n):]
+		damaged, off = true, next
 	}
-	return out, nil
+	return entries, damaged, nil
+}
+
+// minPayload is the smallest entry payload: a one-byte agent id, a first seq
+// and a one-byte record with its newline.
+const minPayload = 2 + 1 + 8 + 2
+
+// parseEntry decodes the entry at the start of data and its size, if a whole,
+// intact one starts there. The cheap checks come first: the resync of
+// readJournal calls it at every offset of a damaged region.
+func parseEntry(data []byte) (journalEntry, int, bool) {
+	if len(data) < entryHeader {
+		return journalEntry{}, 0, false
+	}
+	n := binary.LittleEndian.Uint32(data)
+	if n < minPayload || uint64(n) > uint64(len(data)-entryHeader) {
+		return journalEntry{}, 0, false
+	}
+	payload := data[entryHeader : entryHeader+int(n)]
+	al := int(binary.LittleEndian.Uint16(payload))
+	if al < 1 || al > MaxAgentID || len(payload) < 2+al+8+2 || payload[len(payload)-1] != '\n' ||
+		!validAgent(payload[2:2+al]) {
+		return journalEntry{}, 0, false
+	}
+	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(data[4:]) {
+		return journalEntry{}, 0, false
+	}
+	e := journalEntry{agent: string(payload[2 : 2+al]), firstSeq: binary.LittleEndian.Uint64(payload[2+al:])}
+	body := payload[2+al+8:]
+	e.lines = bytes.Split(body[:len(body)-1], []byte{'\n'})
+	for _, l := range e.lines {
+		if len(l) == 0 {
+			return journalEntry{}, 0, false
+		}
+	}
+	return e, entryHeader + int(n), true
 }
 
 // openJournal opens (creating if needed) the journal of a writable store and
-// replays whatever a crash left in it into the logs. What it cannot replay (a
-// log that is missing or damaged before the journal's records) stays in the
-// journal, at its start: it returns the size of that part, which checkpoints
-// keep, and the damage by agent, which the store reports for those agents.
+// replays whatever a crash left in it into the logs (see replayLog). What it
+// cannot replay (a log that is missing, damaged before the journal's records,
+// or lacking records the journal lost too) stays in the journal, at its start:
+// it returns the size of that part, which checkpoints keep, and the damage by
+// agent, which the store reports for those agents.
 func (s *File) openJournal() (f *os.File, kept int64, damaged map[string]error, err error) {
 	path := filepath.Join(s.dir, JournalName)
 	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, 0, nil, fmt.Errorf("store: journal: %w", err)
 	}
-	entries, err := readJournal(f)
+	entries, hurt, err := readJournal(f)
+	if err != nil {
+		f.Close()
+		return nil, 0, nil, fmt.Errorf("store: journal %s: %w", path, err)
+	}
+	st, err := f.Stat()
 	if err != nil {
 		f.Close()
 		return nil, 0, nil, fmt.Errorf("store: journal %s: %w", path, err)
@@ -123,7 +166,7 @@ func (s *File) openJournal() (f *os.File, kept int64, damaged map[string]error, 
 	damaged = map[string]error{}
 	for _, agent := range journalAgents(entries) {
 		mine := entriesOf(entries, agent)
-		if err := s.replayLog(agent, mine); err != nil {
+		if err := s.replayLog(agent, journalLogOf(agent, s.Path(agent), mine)); err != nil {
 			var damage *DamageError
 			if !errors.As(err, &damage) {
 				f.Close()
@@ -133,6 +176,15 @@ func (s *File) openJournal() (f *os.File, kept int64, damaged map[string]error, 
 			for _, e := range mine {
 				keep = appendEntry(keep, e.agent, e.firstSeq, joinLines(e.lines))
 			}
+		}
+	}
+	if hurt || (st.Size() > 0 && len(entries) == 0) {
+		// Entries lost to damage may have been the only durable copy of
+		// records that the logs hold in the page cache: make every log
+		// durable before the journal is emptied.
+		if err := syncLogs(s.dirF); err != nil {
+			f.Close()
+			return nil, 0, nil, fmt.Errorf("store: journal: syncing the logs: %w", err)
 		}
 	}
 	if len(keep) == 0 {
@@ -157,6 +209,33 @@ func (s *File) openJournal() (f *os.File, kept int64, damaged map[string]error, 
 		return nil, 0, nil, fmt.Errorf("store: journal: %w", err)
 	}
 	return f, int64(len(keep)), damaged, nil
+}
+
+// syncLogs makes every log in the directory durable: one syncfs where it is
+// trusted, else an fsync of each log.
+func syncLogs(d *os.File) error {
+	if syncfsTrusted(d) && syncfs(d) == nil {
+		return nil
+	}
+	names, err := os.ReadDir(d.Name())
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if !n.Type().IsRegular() || filepath.Ext(n.Name()) != Ext {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(d.Name(), n.Name()), os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // replaceFile makes path hold exactly b, atomically (a synced temporary file
@@ -212,100 +291,197 @@ func joinLines(lines [][]byte) []byte {
 	return b
 }
 
-// journalRecords checks that an agent's entries continue one another and
-// returns the seq of their first record and the records.
-func journalRecords(agent, path string, entries []journalEntry) (uint64, [][]byte, error) {
-	first := entries[0].firstSeq
-	var recs [][]byte
+// journalSeg is a run of consecutive records the journal holds for one log.
+type journalSeg struct {
+	first uint64
+	recs  [][]byte
+}
+
+// journalLog is what the journal holds of one log: runs of records, in seq
+// order, with gaps where damage took entries (or why they cannot be used).
+type journalLog struct {
+	segs []journalSeg
+	err  error
+}
+
+// journalLogOf gathers agent's entries (in journal order) into runs. An entry
+// that goes back to a seq the journal already holds is damage.
+func journalLogOf(agent, path string, entries []journalEntry) journalLog {
+	var jl journalLog
 	for _, e := range entries {
-		if want := first + uint64(len(recs)); e.firstSeq != want {
-			return 0, nil, &DamageError{Agent: agent, Path: path, Seq: want,
-				Reason: fmt.Sprintf("the journal's records jump from %d to %d", want, e.firstSeq)}
+		if n := len(jl.segs); n > 0 {
+			last := &jl.segs[n-1]
+			end := last.first + uint64(len(last.recs))
+			if e.firstSeq == end {
+				last.recs = append(last.recs, e.lines...)
+				continue
+			}
+			if e.firstSeq < end {
+				jl.err = &DamageError{Agent: agent, Path: path, Seq: e.firstSeq,
+					Reason: fmt.Sprintf("the journal holds record %d twice", e.firstSeq)}
+				return jl
+			}
 		}
-		recs = append(recs, e.lines...)
+		jl.segs = append(jl.segs, journalSeg{first: e.firstSeq, recs: slices.Clip(e.lines)})
 	}
-	return first, recs, nil
+	return jl
+}
+
+func (jl journalLog) first() uint64 { return jl.segs[0].first }
+
+// end is one past the last seq the journal holds.
+func (jl journalLog) end() uint64 {
+	last := jl.segs[len(jl.segs)-1]
+	return last.first + uint64(len(last.recs))
+}
+
+// record returns record seq if the journal holds it.
+func (jl journalLog) record(seq uint64) ([]byte, bool) {
+	i := sort.Search(len(jl.segs), func(i int) bool {
+		return jl.segs[i].first+uint64(len(jl.segs[i].recs)) > seq
+	})
+	if i == len(jl.segs) || seq < jl.segs[i].first {
+		return nil, false
+	}
+	return jl.segs[i].recs[seq-jl.segs[i].first], true
+}
+
+// next returns the first seq >= seq that the journal holds (jl.end() if none).
+func (jl journalLog) next(seq uint64) uint64 {
+	for _, sg := range jl.segs {
+		if sg.first+uint64(len(sg.recs)) > seq {
+			return max(seq, sg.first)
+		}
+	}
+	return jl.end()
 }
 
 // errFound stops a scan at the record sought.
 var errFound = errors.New("found")
 
-// prefixEnd returns the byte offset at which record seq starts in the log,
-// reading the records before it, which a sync made durable: a log that lacks
-// any of them, or holds a damaged one, is damaged.
-func prefixEnd(agent, path string, r io.ReaderAt, seq uint64) (int64, error) {
-	if seq == 0 {
-		return 0, nil // the journal holds the whole log
-	}
+// replayPlan is how a log and the journal's records for it make the log that
+// opening the store shows: the log's records before keep as they are, then
+// the journal's records write, then, if lost is set, damage.
+type replayPlan struct {
+	keep  uint64   // records of the log kept as they are
+	cut   int64    // byte offset just past them
+	nl    bool     // the last kept record lacks its newline
+	write [][]byte // the journal's records keep, keep+1, ...
+	trunc bool     // the file's bytes after cut go (also when write is empty)
+	lost  error    // a *DamageError: records lost from every copy
+}
+
+// planReplay merges a log with what the journal holds of it. The records
+// before the journal's first were durable when the journal took them (a
+// checkpoint or the log's creation synced them): the log must hold them. From
+// there on the journal's records are the truth (it is checksummed; the log's
+// unsynced tail may have been lost in any order by a machine crash: a torn
+// record, a hole, a stale page), so the log is kept for as long as it agrees
+// with them; where the journal lacks a record (damage took its entry, or the
+// log goes on past it) the log's own line stands in if it is a whole record
+// (valid JSON: a hole or a torn write is not). A damaged journal thus never
+// removes a record that is intact in the log (D40). From the first record the
+// log lacks or holds differently, the journal's run of records is written;
+// records lost from both are damage naming the first missing seq.
+func planReplay(agent, path string, r io.ReaderAt, size int64, jl journalLog) (replayPlan, error) {
+	var p replayPlan
+	first := jl.first()
 	var off int64
 	res, err := scanLines(agent, path, r, -1, func(n uint64, line []byte) error {
-		if n == seq {
-			return errFound
+		if n >= first {
+			if rec, ok := jl.record(n); ok {
+				if !bytes.Equal(rec, line) {
+					return errFound
+				}
+			} else if !json.Valid(line) {
+				return errFound
+			}
 		}
 		off += int64(len(line)) + 1
+		p.keep = n + 1
 		return nil
 	})
 	var stop errStop
 	var damage *DamageError
+	diverged := true
 	switch {
 	case errors.As(err, &stop) && stop.err == errFound:
-		return off, nil
-	case errors.As(err, &damage) && damage.Seq == seq:
-		// The damage starts at the journal's first record (a lost tail, a
-		// stale newline): that is where the log is cut anyway.
-		return damage.Offset, nil
+		p.cut = off
+	case errors.As(err, &damage) && damage.Seq >= first:
+		// Damage from the journal's first record on (a lost tail, a stale
+		// newline): the log is cut there.
+		p.cut = damage.Offset
 	case err != nil:
-		return 0, err
-	case res.count < seq:
-		return 0, &DamageError{Agent: agent, Path: path, Seq: res.count, Offset: res.good,
-			Reason: fmt.Sprintf("the log ends before record %d, which the journal continues", seq)}
+		return p, err
+	default:
+		diverged = false
+		p.cut, p.nl = res.good, res.unterminated
 	}
-	return off, nil // the log ends exactly where the journal starts
+	if p.keep < first {
+		return p, &DamageError{Agent: agent, Path: path, Seq: p.keep, Offset: p.cut,
+			Reason: fmt.Sprintf("the log ends before record %d, which the journal continues", first)}
+	}
+	for seq := p.keep; ; seq++ {
+		rec, ok := jl.record(seq)
+		if !ok {
+			break
+		}
+		p.write = append(p.write, rec)
+	}
+	end := p.keep + uint64(len(p.write))
+	if end < jl.end() {
+		next := jl.next(end)
+		p.lost = &DamageError{Agent: agent, Path: path, Seq: end, Offset: p.cut + int64(len(joinLines(p.write))),
+			Reason: fmt.Sprintf("records %d to %d are lost: the journal was damaged where it held them and the log lacks them (the journal keeps records %d on)", end, next-1, next)}
+	}
+	p.trunc = size > p.cut && (len(p.write) > 0 || diverged && p.lost == nil)
+	return p, nil
 }
 
-// replayLog rewrites agent's log from the journal's first record for it on.
-// The records before that one were durable when the journal took them (a
-// checkpoint or the log's Create synced them); the ones after may have been
-// lost in any order by a machine crash (a torn record, a hole, a stale page),
-// so the log is cut there and the journal's records written again, whatever
-// the log holds. Running it twice (a crash during replay) gives the same log.
-func (s *File) replayLog(agent string, entries []journalEntry) error {
-	path := s.Path(agent)
-	first, recs, err := journalRecords(agent, path, entries)
-	if err != nil {
-		return err
+// replayLog makes agent's log what planReplay says, and durable. Running it
+// twice (a crash during replay) gives the same log. Records lost from every
+// copy are returned as a *DamageError, after the log is repaired up to them.
+func (s *File) replayLog(agent string, jl journalLog) error {
+	if jl.err != nil {
+		return jl.err
 	}
+	path := s.Path(agent)
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) {
-		return &DamageError{Agent: agent, Path: path, Seq: 0, Reason: "the log is missing, and the journal holds its records from " + fmt.Sprint(first)}
+		return &DamageError{Agent: agent, Path: path, Seq: 0, Reason: "the log is missing, and the journal holds its records from " + fmt.Sprint(jl.first())}
 	}
 	if err != nil {
 		return fmt.Errorf("store: journal: %s: %w", agent, err)
 	}
 	defer f.Close()
-	off, err := prefixEnd(agent, path, f, first)
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("store: journal: %s: %w", agent, err)
+	}
+	p, err := planReplay(agent, path, f, st.Size(), jl)
 	if err != nil {
 		return err
 	}
-	b := joinLines(recs)
-	if err := f.Truncate(off); err != nil {
-		return fmt.Errorf("store: journal: %s: %w", agent, err)
+	if p.trunc || len(p.write) > 0 {
+		if err := f.Truncate(p.cut); err != nil {
+			return fmt.Errorf("store: journal: %s: %w", agent, err)
+		}
 	}
-	if _, err := f.WriteAt(b, off); err != nil {
-		return fmt.Errorf("store: journal: %s: replay from record %d: %w", agent, first, err)
+	if len(p.write) > 0 {
+		var b []byte
+		if p.nl {
+			b = append(b, '\n')
+		}
+		b = append(b, joinLines(p.write)...)
+		if _, err := f.WriteAt(b, p.cut); err != nil {
+			return fmt.Errorf("store: journal: %s: replay from record %d: %w", agent, p.keep, err)
+		}
 	}
+	// Synced even if unchanged: the journal that backs its tail is emptied next.
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("store: journal: %s: %w", agent, err)
 	}
-	return nil
-}
-
-// journalLog is, for a read-only store, what the journal holds of one log:
-// its records from first on (or why they cannot be used).
-type journalLog struct {
-	first uint64
-	recs  [][]byte
-	err   error
+	return p.lost
 }
 
 // readOnlyJournal returns, for a read-only store, the records its journal
@@ -320,14 +496,13 @@ func readOnlyJournal(dir string) (map[string]journalLog, error) {
 		return nil, fmt.Errorf("store: journal: %w", err)
 	}
 	defer f.Close()
-	entries, err := readJournal(f)
+	entries, _, err := readJournal(f)
 	if err != nil || len(entries) == 0 {
 		return nil, err
 	}
 	out := map[string]journalLog{}
 	for _, agent := range journalAgents(entries) {
-		first, recs, err := journalRecords(agent, filepath.Join(dir, agent+Ext), entriesOf(entries, agent))
-		out[agent] = journalLog{first: first, recs: recs, err: err}
+		out[agent] = journalLogOf(agent, filepath.Join(dir, agent+Ext), entriesOf(entries, agent))
 	}
 	return out, nil
 }

@@ -6,6 +6,6 @@ import "os"
 
 // lockDir is a no-op where flock(2) is not available: there, do not open one
 // directory from two processes at the same time.
-func lockDir(path string, shared, wait bool) (*os.File, error) { return nil, nil }
+func lockDir(path string, opts FileOptions) (*os.File, error) { return nil, nil }
 
-func unlockDir(f *os.File) {}
+func unlockDir(f *os.File, shared bool) {}

@@ -2,9 +2,13 @@ package store
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 )
 
@@ -19,6 +23,9 @@ type scanResult struct {
 	good  int64  // offset just past the last complete line
 	count uint64 // complete lines before good
 	end   int64  // bytes read: good plus a torn tail, if any
+	// unterminated: the last record counted lacks its newline (a complete
+	// JSON value without '\n' after it), so good == end.
+	unterminated bool
 }
 
 // errStop is how scanLines reports an error returned by fn, so that the caller
@@ -29,7 +36,11 @@ func (e errStop) Error() string { return e.err.Error() }
 
 // scanLines reads r from offset 0 up to limit (limit < 0: to end of file) and
 // calls fn (if not nil) with each complete line, newline stripped. A final
-// segment without a newline is a torn tail: counted in end, not passed to fn.
+// segment without a newline is a torn tail (counted in end, not passed to fn)
+// unless it is a complete JSON value: a record is one JSON object, and no
+// proper prefix of one is valid JSON, so such a segment is a whole record that
+// lacks only its newline. It is passed to fn and counted (unterminated), and
+// the next append writes the newline first (D40).
 // It fails with a *DamageError on an empty line or a line over MaxRecord, with
 // errStop when fn fails, and with the read error otherwise.
 func scanLines(agent, path string, r io.ReaderAt, limit int64, fn func(uint64, []byte) error) (scanResult, error) {
@@ -107,5 +118,34 @@ func scanLines(agent, path string, r io.ReaderAt, limit int64, fn func(uint64, [
 		}
 	}
 	res.end = base + int64(end)
+	if end > start && json.Valid(buf[start:end]) {
+		if fn != nil {
+			if err := fn(res.count, buf[start:end:end]); err != nil {
+				return res, errStop{err}
+			}
+		}
+		res.count++
+		res.good, res.unterminated = res.end, true
+	}
 	return res, nil
+}
+
+// ScanFile reads a log file outside any store (a copy of <agent>.jsonl) by the
+// rules Scan of a File store reads a log by, so that a tool checking a file
+// sees the records the store would: fn gets each record in order; a final
+// segment that is not a whole record is a torn tail, not passed on, and its
+// length is returned; an empty or over-long line is a *DamageError.
+func ScanFile(path string, fn func(seq uint64, rec []byte) error) (torn int64, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	name := strings.TrimSuffix(filepath.Base(path), Ext)
+	res, err := scanLines(name, path, f, -1, fn)
+	var stop errStop
+	if errors.As(err, &stop) {
+		return 0, stop.err
+	}
+	return res.end - res.good, err
 }

@@ -21,7 +21,10 @@ import "errors"
 // sentinels below with errors.Is.
 type Store interface {
 	// Create makes a new, empty log for agent. ErrExists if the agent has a log.
-	// The new log is durable (directory entry included) when Create returns.
+	// The log becomes durable with its first records: the Append of seq 0
+	// makes it appear whole or not at all, whenever a crash comes, and a log
+	// that a crash left without records is not listed by Agents (SPEC §1:
+	// a crash during a create breaks nothing else).
 	Create(agent string) error
 	// Append writes recs as the records firstSeq, firstSeq+1, ... of agent's log.
 	// firstSeq must equal the number of records already in the log (ErrSeq
@@ -36,15 +39,17 @@ type Store interface {
 	Append(agent string, firstSeq uint64, recs ...[]byte) error
 	// Scan calls fn with each record of agent's log in order (seq 0 first). The
 	// slice is only valid during the call. A torn tail (a final record that was
-	// only partly written, i.e. without its terminating newline) is not passed
-	// to fn and is discarded before the next Append. ErrNotFound if no log.
+	// only partly written: no terminating newline, and not a whole JSON value)
+	// is not passed to fn and is discarded before the next Append; a final
+	// record that lacks only its newline is a record. ErrNotFound if no log.
 	// An error from fn stops the scan and is returned unchanged. Scan sees the
 	// records acknowledged before it began; fn may Append to the log it scans
 	// (it must not modify rec, nor Close the store). Bytes that cannot be a
 	// log (an empty line, an over-long line) stop the scan with a *DamageError
 	// (ErrDamaged) naming the first bad seq; records before it are passed on.
 	Scan(agent string, fn func(seq uint64, rec []byte) error) error
-	// Agents lists the agents with a log, sorted.
+	// Agents lists the agents with a log, sorted: those with records, and
+	// those this store created since it was opened.
 	Agents() ([]string, error)
 	// Close releases resources; pending appends complete first. Every later
 	// call, Close included, returns ErrClosed.

@@ -1,0 +1,59 @@
+package pgtest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func TestMain(m *testing.M) { Main(m) }
+
+func query(t *testing.T, dbURL, sql string) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var v string
+	if err := conn.QueryRow(ctx, sql).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+// TestURL pins what the tests rely on: a database of their own on a server
+// that syncs its writes.
+func TestURL(t *testing.T) {
+	a, b := URL(t), URL(t)
+	if a == b {
+		t.Fatalf("two tests' databases share a URL: %s", a)
+	}
+	if got := query(t, a, "SHOW fsync"); got != "on" {
+		t.Errorf("fsync = %s, want on", got)
+	}
+	if got := query(t, a, "SELECT current_database()"); got == query(t, b, "SELECT current_database()") {
+		t.Errorf("two databases named %s", got)
+	}
+}
+
+// TestRestart pins the outage tests' server: stopped, it refuses
+// connections; started again, it serves the same data.
+func TestRestart(t *testing.T) {
+	s := Start(t)
+	db := s.NewDatabase(t)
+	query(t, db, "SELECT 1")
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if conn, err := pgx.Connect(context.Background(), db); err == nil {
+		conn.Close(context.Background())
+		t.Fatal("connected to a stopped server")
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	query(t, db, "SELECT 1")
+}

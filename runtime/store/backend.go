@@ -1,0 +1,27 @@
+package store
+
+import "errors"
+
+// ErrUnavailable is wrapped by the errors of a store whose backing service
+// (a database) cannot be reached or failed mid-operation. The store recovers
+// by itself once the service is back; a server answers 503. An Append that
+// fails with it may or may not have been written: the caller must read the
+// log again before it appends anew.
+var ErrUnavailable = errors.New("store: backing service unavailable")
+
+// CheckAgent returns an error wrapping ErrBadAgent unless agent is a valid
+// agent id (see Store). Backends outside this package call it at their edge.
+func CheckAgent(agent string) error { return checkAgent(agent) }
+
+// CheckRecords returns an error wrapping ErrBadRecord, naming agent and the
+// record's seq, unless every record of an Append at firstSeq is valid (see
+// Store). It returns their total size in bytes.
+func CheckRecords(agent string, firstSeq uint64, recs [][]byte) (int, error) {
+	return checkRecords(agent, firstSeq, recs)
+}
+
+// SeqError is the ErrSeq error of an Append at firstSeq to a log of have
+// records; where, if not empty, names the log's location.
+func SeqError(agent, where string, firstSeq, have uint64) error {
+	return seqError(agent, where, firstSeq, have)
+}

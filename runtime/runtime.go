@@ -34,6 +34,10 @@ type Options struct {
 	// against OPA alone). It runs under the agent's lock and must not change
 	// the input.
 	OnDecision func(digest string, input ast.Value)
+	// EvalDeadline bounds each evaluation of a policy (SPEC §6); zero means
+	// DefaultEvalDeadline (100 ms). An extension over it denies
+	// extension_error, so it never holds an agent longer.
+	EvalDeadline time.Duration
 }
 
 // Runtime guards agents: it decides their requests and keeps their logs.
@@ -96,7 +100,7 @@ func (r *Runtime) engineFor(ctx context.Context, c *policy.Compiled) (*engine, e
 		r.engines[c.Digest] = slot
 	}
 	r.mu.Unlock()
-	slot.once.Do(func() { slot.eng, slot.err = newEngine(ctx, c) })
+	slot.once.Do(func() { slot.eng, slot.err = newEngine(ctx, c, r.opts.EvalDeadline) })
 	if slot.err != nil {
 		r.mu.Lock()
 		if r.engines[c.Digest] == slot {

@@ -265,20 +265,23 @@ func (e *engine) decide(ctx context.Context, m mode, in ast.Value) (decision, er
 	if m == modeReject {
 		q = e.reject
 	}
-	// OPA checks the cancel as it evaluates; a timer fires it at the deadline
-	// (no goroutine per evaluation, unlike a context deadline).
-	cancel := topdown.NewCancel()
-	timer := time.AfterFunc(e.deadline, cancel.Cancel)
-	var opts [6]rego.EvalOption
-	rs, err := q.Eval(ctx, append(append(opts[:0], e.evalOptions...), rego.EvalExternalCancel(cancel), rego.EvalParsedInput(in))...)
-	timer.Stop()
+	rs, err := e.eval(ctx, q, in)
+	var te *topdown.Error
+	if err != nil && errors.As(err, &te) && te.Code == topdown.CancelErr {
+		// A machine that stalls the process (load, a pause) can make a short
+		// evaluation overrun: the evaluation is pure, so it runs once more.
+		// Rego that does too much work overruns again (D34).
+		rs, err = e.eval(ctx, q, in)
+	}
 	if err != nil {
-		var te *topdown.Error
-		if e.reads.All && errors.As(err, &te) {
+		if !errors.As(err, &te) {
+			return decision{}, fmt.Errorf("evaluating policy %s: %w", e.compiled.Digest, err)
+		}
+		if e.reads.All {
 			return extensionFailure, nil
 		}
-		if cancel.Cancelled() {
-			return decision{}, fmt.Errorf("evaluating policy %s: over the deadline of %v: %w", e.compiled.Digest, e.deadline, err)
+		if te.Code == topdown.CancelErr {
+			return decision{}, fmt.Errorf("evaluating policy %s: over the deadline of %v twice: %w", e.compiled.Digest, e.deadline, err)
 		}
 		return decision{}, fmt.Errorf("evaluating policy %s: %w", e.compiled.Digest, err)
 	}
@@ -290,6 +293,17 @@ func (e *engine) decide(ctx context.Context, m mode, in ast.Value) (decision, er
 		return decision{}, fmt.Errorf("policy %s: unexpected result %T", e.compiled.Digest, rs[0].Expressions[0].Value)
 	}
 	return mapVerdict(t)
+}
+
+// eval evaluates q for one input within the deadline: OPA checks the cancel
+// as it evaluates, and a timer fires it (no goroutine per evaluation, unlike
+// a context deadline).
+func (e *engine) eval(ctx context.Context, q rego.PreparedEvalQuery, in ast.Value) (rego.ResultSet, error) {
+	cancel := topdown.NewCancel()
+	timer := time.AfterFunc(e.deadline, cancel.Cancel)
+	defer timer.Stop()
+	var opts [6]rego.EvalOption
+	return q.Eval(ctx, append(append(opts[:0], e.evalOptions...), rego.EvalExternalCancel(cancel), rego.EvalParsedInput(in))...)
 }
 
 func mapVerdict(t *ast.Term) (decision, error) {

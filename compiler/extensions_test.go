@@ -63,6 +63,9 @@ func TestForbiddenBuiltinRoutes(t *testing.T) {
 		"output":              {"trace", `deny contains {"reason": "r"} if trace("x")`},
 		"remote schema":       {"json.match_schema", `deny contains {"reason": "r"} if { [ok, _] := json.match_schema({}, {"$ref": "http://example.com/s"}); not ok }`},
 		"jwt":                 {"io.jwt.decode", `deny contains {"reason": "r"} if { [_, p, _] := io.jwt.decode(input.request.args.t); p.x }`},
+		"template string":     {"opa.runtime", `deny contains {"reason": $"env {opa.runtime().env}"} if input.request.args.x`},
+		"in an else":          {"rand.intn", "pick := 1 if input.request.args.a\n\nelse := rand.intn(\"p\", 9)\n\ndeny contains {\"reason\": \"r\"} if pick == 0"},
+		"in a with value arg": {"time.now_ns", "g(x) := x\n\ndeny contains {\"reason\": \"r\"} if {\n\tx := g(1) with input.now as time.now_ns()\n\tx\n}"},
 		"policy reads itself": {"rego.parse_module", `deny contains {"reason": "r"} if rego.parse_module("a.rego", "package a")`},
 	} {
 		t.Run(name, func(t *testing.T) { refused(t, head+tc.body, tc.builtin) })

@@ -48,19 +48,3 @@ func TestForbiddenBuiltinsLeftOut(t *testing.T) {
 		}
 	}
 }
-
-// TestLibraryWithinCapabilities: the library itself uses only allowed builtins.
-func TestLibraryWithinCapabilities(t *testing.T) {
-	modules := map[string]*ast.Module{}
-	for _, m := range append(Library(), Tests()...) {
-		mod, err := ast.ParseModuleWithOpts(m.Name, m.Source, ast.ParserOptions{RegoVersion: ast.RegoV1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		modules[m.Name] = mod
-	}
-	c := ast.NewCompiler().WithCapabilities(Capabilities())
-	if c.Compile(modules); c.Failed() {
-		t.Fatal(c.Errors)
-	}
-}

@@ -260,9 +260,7 @@ func checkModules(c *policy.Compiled, exts []*extension) diag.List {
 	}
 	// OPA compiles with the allowlist's capabilities (SPEC §6): it refuses
 	// every route to another builtin. lineage.cel is the generated Rego's own.
-	caps := lineagerego.Capabilities()
-	caps.Builtins = append(caps.Builtins, &ast.Builtin{Name: celDecl.Name, Decl: celDecl.Decl})
-	comp := ast.NewCompiler().WithCapabilities(caps)
+	comp := ast.NewCompiler().WithCapabilities(opaCapabilities())
 	comp.Compile(parsed)
 	reported := map[*extension]bool{}
 	for _, err := range comp.Errors {

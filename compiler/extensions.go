@@ -65,6 +65,14 @@ func forbiddenUses(m *ast.Module) []forbidden {
 	return out
 }
 
+// opaCapabilities are the capabilities a compiled policy's modules are
+// checked with: the allowlist (lineagerego.Capabilities) and lineage.cel.
+func opaCapabilities() *ast.Capabilities {
+	caps := lineagerego.Capabilities()
+	caps.Builtins = append(caps.Builtins, &ast.Builtin{Name: celDecl.Name, Decl: celDecl.Decl})
+	return caps
+}
+
 // at places a Rego location inside the policy: exactly, for a module read from
 // its own file; at the source node with the module position in the message otherwise.
 func (e *extension) at(code string, loc *ast.Location, msg string) diag.Diagnostic {

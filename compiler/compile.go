@@ -260,7 +260,10 @@ func checkModules(c *policy.Compiled, exts []*extension) diag.List {
 	}
 	// OPA compiles with the allowlist's capabilities (SPEC §6): it refuses
 	// every route to another builtin. lineage.cel is the generated Rego's own.
-	comp := ast.NewCompiler().WithCapabilities(opaCapabilities())
+	// No error limit: the extensions are the user's, bounded in size, and
+	// each error should be reported where it is ("error limit reached" has
+	// no place).
+	comp := ast.NewCompiler().WithCapabilities(opaCapabilities()).SetErrorLimit(0)
 	comp.Compile(parsed)
 	reported := map[*extension]bool{}
 	for _, err := range comp.Errors {

@@ -1,8 +1,6 @@
 package rego
 
 import (
-	"slices"
-
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
@@ -59,9 +57,17 @@ var allowedBuiltins = []string{
 	"time.parse_ns", "time.parse_rfc3339_ns", "time.weekday",
 }
 
+var allowedSet = func() map[string]bool {
+	m := make(map[string]bool, len(allowedBuiltins))
+	for _, name := range allowedBuiltins {
+		m[name] = true
+	}
+	return m
+}()
+
 // AllowedBuiltin reports whether lineage's Rego may use the OPA builtin name.
 func AllowedBuiltin(name string) bool {
-	return slices.Contains(allowedBuiltins, name)
+	return allowedSet[name]
 }
 
 // Capabilities are OPA's capabilities for this version with only the allowed

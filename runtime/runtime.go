@@ -35,8 +35,9 @@ type Options struct {
 	// the input.
 	OnDecision func(digest string, input ast.Value)
 	// EvalDeadline bounds each evaluation of a policy (SPEC §6); zero means
-	// DefaultEvalDeadline (100 ms). An extension over it denies
-	// extension_error, so it never holds an agent longer.
+	// DefaultEvalDeadline (100 ms). An evaluation over it runs once more; an
+	// extension over it again denies extension_error, so it holds an agent
+	// for at most about twice the deadline (D34).
 	EvalDeadline time.Duration
 }
 

@@ -65,7 +65,8 @@ func TestExtensionDeadline(t *testing.T) {
 	o.EvalDeadline = time.Nanosecond
 	rt3 := runtime.Open(newMem(), o)
 	d := mustCreate(t, rt3, c, runtime.CreateOptions{})
-	if v := mustRequest(t, rt3, d, lineage.Request{Tool: "loop", Args: map[string]any{"n": 300}, At: sec(1)}); v.Reason != "extension_error" {
+	// 9×10⁶ iterations: seconds, so the timer surely fires first.
+	if v := mustRequest(t, rt3, d, lineage.Request{Tool: "loop", Args: map[string]any{"n": 3000}, At: sec(1)}); v.Reason != "extension_error" {
 		t.Errorf("within a nanosecond: %+v, want extension_error", v)
 	}
 }

@@ -258,10 +258,14 @@ func checkModules(c *policy.Compiled, exts []*extension) diag.List {
 	if len(diags) > 0 {
 		return diags
 	}
-	caps := ast.CapabilitiesForThisVersion()
-	caps.Builtins = append(caps.Builtins, &ast.Builtin{Name: celDecl.Name, Decl: celDecl.Decl})
-	comp := ast.NewCompiler().WithCapabilities(caps)
+	// OPA compiles with the allowlist's capabilities (SPEC §6): it refuses
+	// every route to another builtin. lineage.cel is the generated Rego's own.
+	// No error limit: the extensions are the user's, bounded in size, and
+	// each error should be reported where it is ("error limit reached" has
+	// no place).
+	comp := ast.NewCompiler().WithCapabilities(opaCapabilities()).SetErrorLimit(0)
 	comp.Compile(parsed)
+	reported := map[*extension]bool{}
 	for _, err := range comp.Errors {
 		file := ""
 		if err.Location != nil {
@@ -276,6 +280,19 @@ func checkModules(c *policy.Compiled, exts []*extension) diag.List {
 		}
 		if owner == nil {
 			diags = append(diags, diag.Diagnostic{Code: diag.CodeRegoCompile, Message: "internal: generated Rego: " + err.Error()})
+			continue
+		}
+		// OPA refused the module: name the builtins it may not use, in place
+		// of OPA's errors on their lines ("undefined function http.send",
+		// "var http is unsafe").
+		if !reported[owner] {
+			reported[owner] = true
+			for _, f := range owner.forbidden {
+				diags = append(diags, owner.at(diag.CodeRegoBuiltin, f.loc,
+					fmt.Sprintf("builtin %s is not allowed in extensions: only deterministic, pure builtins are, so that replaying a log reproduces its verdicts", f.name)))
+			}
+		}
+		if owner.forbiddenOnLine(err.Location) {
 			continue
 		}
 		diags = append(diags, owner.at(diag.CodeRegoCompile, err.Location, err.Message))

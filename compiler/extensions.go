@@ -8,6 +8,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/lineage-guard/lineage/internal/diag"
+	lineagerego "github.com/lineage-guard/lineage/rego"
 )
 
 // extension is one Rego extension module (SPEC §6) being compiled.
@@ -18,28 +19,58 @@ type extension struct {
 	fromPath bool          // Rego positions are then positions in a file of their own
 	source   string
 	module   *ast.Module
+	// forbidden are its uses of builtins outside the allowlist, reported
+	// with OPA's refusal of the module (checkModules).
+	forbidden []forbidden
 }
 
 // extPrefix is the package every extension must live under.
 var extPrefix = ast.MustParseRef("data.lineage.ext")
 
-// forbiddenPrefixes are the outside-world builtin families; any builtin marked
-// nondeterministic by OPA is forbidden too. Replaying a log must reproduce its verdicts.
-// crypto.x509.parse_and_verify_certificates* check validity against the wall
-// clock, though OPA does not mark them nondeterministic.
-var forbiddenPrefixes = []string{"http.", "net.", "io.", "rand.", "uuid.", "opa.", "time.now_ns",
-	"crypto.x509.parse_and_verify_certificates"}
+// forbidden is a use of an OPA builtin outside the allowlist
+// (lineagerego.Capabilities): where a module names it.
+type forbidden struct {
+	name string
+	loc  *ast.Location
+}
 
-func forbiddenBuiltin(name string) bool {
-	if b, ok := ast.BuiltinMap[name]; ok && b.Nondeterministic {
-		return true
-	}
-	for _, p := range forbiddenPrefixes {
-		if strings.HasPrefix(name, p) {
-			return true
+// forbiddenUses lists every reference in m to an OPA builtin that extensions
+// may not use: called, named as a `with` value, assigned, anywhere. OPA,
+// given the allowlist's capabilities, is what refuses them (checkModules);
+// this only names the builtin where OPA's own message would not (an unsafe
+// var "http" for `with f as http.send`).
+func forbiddenUses(m *ast.Module) []forbidden {
+	var out []forbidden
+	seen := map[string]bool{}
+	ast.WalkTerms(m, func(t *ast.Term) bool {
+		ref, ok := t.Value.(ast.Ref)
+		if !ok || len(ref) == 0 {
+			return false
 		}
-	}
-	return false
+		if h, ok := ref[0].Value.(ast.Var); !ok || h.Equal(ast.DefaultRootDocument.Value) || h.Equal(ast.InputRootDocument.Value) {
+			return false
+		}
+		for i := len(ref); i > 0; i-- {
+			name := ref[:i].String()
+			if _, builtin := ast.BuiltinMap[name]; builtin && !lineagerego.AllowedBuiltin(name) {
+				if key := fmt.Sprint(name, t.Location); !seen[key] {
+					seen[key] = true
+					out = append(out, forbidden{name, t.Location})
+				}
+				break
+			}
+		}
+		return false
+	})
+	return out
+}
+
+// opaCapabilities are the capabilities a compiled policy's modules are
+// checked with: the allowlist (lineagerego.Capabilities) and lineage.cel.
+func opaCapabilities() *ast.Capabilities {
+	caps := lineagerego.Capabilities()
+	caps.Builtins = append(caps.Builtins, &ast.Builtin{Name: celDecl.Name, Decl: celDecl.Decl})
+	return caps
 }
 
 // at places a Rego location inside the policy: exactly, for a module read from
@@ -58,7 +89,8 @@ func (e *extension) at(code string, loc *ast.Location, msg string) diag.Diagnost
 }
 
 // parseExtension parses one module and checks what can be checked alone: syntax,
-// the package, the shape of deny/require_approval, forbidden builtins.
+// the package, the shape of deny/require_approval; and finds its uses of
+// builtins outside the allowlist.
 func parseExtension(e *extension) diag.List {
 	m, err := ast.ParseModuleWithOpts(e.name, e.source, ast.ParserOptions{RegoVersion: ast.RegoV1})
 	if err != nil {
@@ -81,26 +113,7 @@ func parseExtension(e *extension) diag.List {
 				fmt.Sprintf("%s must be a set rule (%s contains … if { … })", name, name)))
 		}
 	}
-	seen := map[string]bool{}
-	check := func(name string, loc *ast.Location) {
-		if forbiddenBuiltin(name) && !seen[fmt.Sprint(name, loc)] {
-			seen[fmt.Sprint(name, loc)] = true
-			out = append(out, e.at(diag.CodeRegoBuiltin, loc,
-				fmt.Sprintf("builtin %s is not allowed in extensions: it is nondeterministic or reaches outside, and replaying a log must reproduce its verdicts", name)))
-		}
-	}
-	ast.WalkExprs(m, func(x *ast.Expr) bool {
-		if x.IsCall() {
-			check(x.Operator().String(), x.Location)
-		}
-		return false
-	})
-	ast.WalkTerms(m, func(t *ast.Term) bool {
-		if c, ok := t.Value.(ast.Call); ok && len(c) > 0 {
-			check(c[0].String(), t.Location)
-		}
-		return false
-	})
+	e.forbidden = forbiddenUses(m)
 	sortByModuleLocation(out)
 	return out
 }
@@ -179,4 +192,15 @@ func extPackages(exts []*extension) []ast.Ref {
 		out[i] = seen[k]
 	}
 	return out
+}
+
+// forbiddenOnLine reports whether loc is on a line where the module names a
+// forbidden builtin.
+func (e *extension) forbiddenOnLine(loc *ast.Location) bool {
+	for _, f := range e.forbidden {
+		if loc != nil && f.loc != nil && f.loc.Row == loc.Row {
+			return true
+		}
+	}
+	return false
 }

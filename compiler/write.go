@@ -8,8 +8,6 @@ import (
 	"runtime/debug"
 	"strings"
 
-	"github.com/open-policy-agent/opa/v1/ast"
-
 	"github.com/lineage-guard/lineage/policy"
 )
 
@@ -21,7 +19,8 @@ type Manifest struct {
 	Modules  []string          `json:"modules"`
 	Data     string            `json:"policy"`
 	Versions map[string]string `json:"versions"`
-	// Capabilities names the OPA capabilities file that declares lineage.cel,
+	// Capabilities names the OPA capabilities file that declares lineage.cel
+	// beside the builtins lineage allows (the others are not declared),
 	// present only when the policy has CEL constraints (`opa check --capabilities`).
 	Capabilities string `json:"capabilities,omitempty"`
 	// InputRules and InputDefaultRule are, for a policy with Rego extensions,
@@ -73,9 +72,7 @@ func WriteDir(c *policy.Compiled, dir string) error {
 		return err
 	}
 	if usesCEL(c) {
-		caps := ast.CapabilitiesForThisVersion()
-		caps.Builtins = append(caps.Builtins, &ast.Builtin{Name: celDecl.Name, Decl: celDecl.Decl})
-		raw, err := json.MarshalIndent(caps, "", "  ")
+		raw, err := json.MarshalIndent(opaCapabilities(), "", "  ")
 		if err != nil {
 			return err
 		}

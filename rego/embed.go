@@ -2,7 +2,8 @@
 // shares (denials with their scars and the terminations they cause, the
 // rejection, the extension helpers). The compiler writes each policy's
 // decision order (SPEC §4) as Rego over it. The library is data (embedded
-// .rego files) plus its own *_test.rego tests; it holds no Go logic.
+// .rego files) plus its own *_test.rego tests, and the list of the builtins
+// lineage's Rego may use (builtins.go); it holds no other Go logic.
 package rego
 
 import (

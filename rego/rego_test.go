@@ -8,7 +8,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/tester"
 )
 
-// TestLibrary runs the library's own Rego tests with OPA's tester.
+// TestLibrary runs the library's own Rego tests with OPA's tester, compiled
+// with the allowlist's capabilities: the library uses only allowed builtins.
 func TestLibrary(t *testing.T) {
 	modules := map[string]*ast.Module{}
 	for _, m := range append(Library(), Tests()...) {
@@ -18,7 +19,7 @@ func TestLibrary(t *testing.T) {
 		}
 		modules[m.Name] = mod
 	}
-	ch, err := tester.NewRunner().SetModules(modules).EnableTracing(false).RunTests(context.Background(), nil)
+	ch, err := tester.NewRunner().SetCompiler(ast.NewCompiler().WithCapabilities(Capabilities())).SetModules(modules).EnableTracing(false).RunTests(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/policy"
+	lineagerego "github.com/lineage-guard/lineage/rego"
 )
 
 // engine is one compiled policy's prepared OPA query, shared by every agent
@@ -33,7 +35,19 @@ type engine struct {
 	// requests the {"tool": name} objects of the trimmed input.
 	tools    map[string]*ast.Term
 	requests map[string]*ast.Term
+	// deadline bounds every evaluation (Options.EvalDeadline).
+	deadline time.Duration
 }
+
+// DefaultEvalDeadline is the deadline of an evaluation when
+// Options.EvalDeadline is zero (SPEC §6).
+const DefaultEvalDeadline = 100 * time.Millisecond
+
+// extensionFailure is the verdict of a policy whose Rego extension failed at
+// run time: a builtin error (to_number("abc")), a conflict, an evaluation
+// over the deadline (SPEC §6). It is a denial without a scar, recorded like
+// any other; the agent's input can make an extension fail, never allow.
+var extensionFailure = decision{decision: lineage.Deny, reason: "extension_error"}
 
 // noCache is an OPA virtual cache that keeps nothing. The generated Rego
 // reads each rule at most once per evaluation (its constants aside), so the
@@ -63,12 +77,17 @@ func EvalOptions(c *policy.Compiled) []rego.EvalOption {
 
 // PrepareQuery prepares one of a compiled policy's queries (c.Query or
 // c.RejectQuery) exactly as the runtime evaluates it: its modules and builtins,
-// Rego v1, and results left as ast terms (no conversion to Go values).
-// Benchmarks use it for OPA's floor.
+// Rego v1, and results left as ast terms (no conversion to Go values); OPA
+// given only the builtins lineage allows (lineagerego.Capabilities: the
+// compiler checked this already, the runtime does not rely on it), and
+// builtin errors made errors instead of undefined (so that an extension
+// fails closed). Benchmarks use it for OPA's floor.
 func PrepareQuery(ctx context.Context, c *policy.Compiled, query string) (rego.PreparedEvalQuery, error) {
 	opts := []func(*rego.Rego){
 		rego.Query(query),
 		rego.SetRegoVersion(ast.RegoV1),
+		rego.Capabilities(lineagerego.Capabilities()),
+		rego.StrictBuiltinErrors(true),
 		rego.GenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }),
 	}
 	for _, m := range c.Modules {
@@ -82,7 +101,12 @@ func PrepareQuery(ctx context.Context, c *policy.Compiled, query string) (rego.P
 	return pq, nil
 }
 
-func newEngine(ctx context.Context, c *policy.Compiled) (*engine, error) {
+// newEngine prepares a compiled policy's queries; deadline bounds each
+// evaluation (zero: DefaultEvalDeadline).
+func newEngine(ctx context.Context, c *policy.Compiled, deadline time.Duration) (*engine, error) {
+	if deadline <= 0 {
+		deadline = DefaultEvalDeadline
+	}
 	pq, err := PrepareQuery(ctx, c, c.Query)
 	if err != nil {
 		return nil, err
@@ -92,7 +116,7 @@ func newEngine(ctx context.Context, c *policy.Compiled) (*engine, error) {
 		return nil, err
 	}
 	e := &engine{compiled: c, query: pq, reject: reject, evalOptions: EvalOptions(c),
-		reads: c.Reads, tools: make(map[string]*ast.Term, len(c.Policy.Tools)), requests: make(map[string]*ast.Term, len(c.Policy.Tools))}
+		reads: c.Reads, deadline: deadline, tools: make(map[string]*ast.Term, len(c.Policy.Tools)), requests: make(map[string]*ast.Term, len(c.Policy.Tools))}
 	for name := range c.Policy.Tools {
 		e.tools[name] = ast.StringTerm(name)
 		e.requests[name] = ast.NewTerm(ast.NewObject(ast.Item(kTool, e.tools[name])))
@@ -231,15 +255,34 @@ func (e *engine) input(m mode, id, tool string, cr *checkedRequest, at time.Time
 	return ast.NewObject(top...), nil
 }
 
-// decide evaluates the policy for one input.
+// decide evaluates the policy for one input, within the deadline. For a
+// policy with extensions, an evaluation that fails (a builtin error, a
+// conflict, the deadline) is the extension's failure: its verdict is
+// extensionFailure. Without extensions only the generated Rego runs, and a
+// failure is an error of ours (nothing is recorded).
 func (e *engine) decide(ctx context.Context, m mode, in ast.Value) (decision, error) {
 	q := e.query
 	if m == modeReject {
 		q = e.reject
 	}
-	var opts [4]rego.EvalOption
-	rs, err := q.Eval(ctx, append(append(opts[:0], e.evalOptions...), rego.EvalParsedInput(in))...)
+	rs, err := e.eval(ctx, q, in)
+	var te *topdown.Error
+	if err != nil && errors.As(err, &te) && te.Code == topdown.CancelErr {
+		// A machine that stalls the process (load, a pause) can make a short
+		// evaluation overrun: the evaluation is pure, so it runs once more.
+		// Rego that does too much work overruns again (D34).
+		rs, err = e.eval(ctx, q, in)
+	}
 	if err != nil {
+		if !errors.As(err, &te) {
+			return decision{}, fmt.Errorf("evaluating policy %s: %w", e.compiled.Digest, err)
+		}
+		if e.reads.All {
+			return extensionFailure, nil
+		}
+		if te.Code == topdown.CancelErr {
+			return decision{}, fmt.Errorf("evaluating policy %s: over the deadline of %v twice: %w", e.compiled.Digest, e.deadline, err)
+		}
 		return decision{}, fmt.Errorf("evaluating policy %s: %w", e.compiled.Digest, err)
 	}
 	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
@@ -250,6 +293,17 @@ func (e *engine) decide(ctx context.Context, m mode, in ast.Value) (decision, er
 		return decision{}, fmt.Errorf("policy %s: unexpected result %T", e.compiled.Digest, rs[0].Expressions[0].Value)
 	}
 	return mapVerdict(t)
+}
+
+// eval evaluates q for one input within the deadline: OPA checks the cancel
+// as it evaluates, and a timer fires it (no goroutine per evaluation, unlike
+// a context deadline).
+func (e *engine) eval(ctx context.Context, q rego.PreparedEvalQuery, in ast.Value) (rego.ResultSet, error) {
+	cancel := topdown.NewCancel()
+	timer := time.AfterFunc(e.deadline, cancel.Cancel)
+	defer timer.Stop()
+	var opts [6]rego.EvalOption
+	return q.Eval(ctx, append(append(opts[:0], e.evalOptions...), rego.EvalExternalCancel(cancel), rego.EvalParsedInput(in))...)
 }
 
 func mapVerdict(t *ast.Term) (decision, error) {

@@ -36,6 +36,11 @@ type Options struct {
 	// against OPA alone). It runs under the agent's lock and must not change
 	// the input.
 	OnDecision func(digest string, input ast.Value)
+	// EvalDeadline bounds each evaluation of a policy (SPEC §6); zero means
+	// DefaultEvalDeadline (100 ms). An evaluation over it runs once more; an
+	// extension over it again denies extension_error, so it holds an agent
+	// for at most about twice the deadline (D34).
+	EvalDeadline time.Duration
 }
 
 // Runtime guards agents: it decides their requests and keeps their logs.
@@ -98,7 +103,7 @@ func (r *Runtime) engineFor(ctx context.Context, c *policy.Compiled) (*engine, e
 		r.engines[c.Digest] = slot
 	}
 	r.mu.Unlock()
-	slot.once.Do(func() { slot.eng, slot.err = newEngine(ctx, c) })
+	slot.once.Do(func() { slot.eng, slot.err = newEngine(ctx, c, r.opts.EvalDeadline) })
 	if slot.err != nil {
 		r.mu.Lock()
 		if r.engines[c.Digest] == slot {

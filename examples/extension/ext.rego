@@ -26,7 +26,10 @@ require_approval contains "large_payment" if {
 }
 
 # Negating a helper rule is true when args.to is missing or malformed: fail closed.
+# is_string first: lower(5) would be a builtin error, and a failing extension
+# denies extension_error without a scar (SPEC §6) where this one means a severe scar.
 recipient_allowed if {
+	is_string(input.request.args.to)
 	parts := split(lower(input.request.args.to), "@")
 	count(parts) == 2
 	parts[1] in allowed_domains

@@ -37,6 +37,11 @@ test_missing_recipient_is_denied if {
 	severe_domain in outbound.deny with input as {"request": {"tool": "send_email", "args": {}}}
 }
 
+test_recipient_that_is_no_string_is_denied if {
+	severe_domain in outbound.deny with input as email(5)
+	severe_domain in outbound.deny with input as email(["bob@acme.example"])
+}
+
 test_recipient_rule_only_applies_to_email if {
 	count(outbound.deny) == 0 with input as {"request": {"tool": "read_inbox", "args": {"to": "eve@evil.test"}}}
 }

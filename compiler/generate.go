@@ -46,38 +46,8 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	quoted := make([]string, len(names))
-	for i, name := range names {
-		quoted[i] = quote(name)
-	}
-
-	type entry struct {
-		guard string // the condition that selects this rule ("" for the default rule)
-		rule  policy.ToolRule
-		when  string // the rule that yields its first failing CEL constraint, if any
-	}
-	var rules []entry
-	next := 0
-	var whens strings.Builder
-	wWhen := func(format string, args ...any) { fmt.Fprintf(&whens, format, args...) }
-	for i, name := range names {
-		e := entry{guard: "input.request.tool == " + quoted[i], rule: n.Tools[name]}
-		if len(e.rule.When) > 0 {
-			e.when = fmt.Sprintf("_when_%d", i)
-			next = writeWhen(wWhen, e.when, e.rule.When, next)
-		}
-		rules = append(rules, e)
-	}
-	if n.DefaultRule != nil {
-		e := entry{rule: *n.DefaultRule}
-		if len(e.rule.When) > 0 {
-			e.when = "_when_default"
-			writeWhen(wWhen, e.when, e.rule.When, next)
-		}
-		rules = append(rules, e)
-	}
 	pkgs := extPackages(exts)
-	if len(rules) == 0 {
+	if len(names) == 0 && n.DefaultRule == nil {
 		pkgs = nil // without any rule every request is an unlisted tool: extensions never run
 	}
 	// Only the extension rules that some package defines are gathered, so a
@@ -91,42 +61,54 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 			approvalPkgs = append(approvalPkgs, p)
 		}
 	}
+	st := stepper{rate: n.RateLimit, extDeny: len(denyPkgs) > 0, extApproval: len(approvalPkgs) > 0}
 
-	// The verdict (SPEC §4 steps 3-9) is one chain of branches: for each tool,
-	// its steps in order, every branch guarded by the tool; then the default
-	// rule's steps, unguarded; else the unlisted-tool denial. OPA's index
-	// keeps, of the chain, only the branches whose guard the request's tool
-	// meets (and the unguarded ones), in order, and a listed tool's steps end
-	// in an unconditional allow: so a request evaluates its own tool's steps
-	// and nothing else, and an unlisted one the default rule's or the denial,
-	// without a negation. A step the tool cannot trigger (no cap, no cost, no
-	// constraint, no approval) is not written at all: an allowed request
-	// evaluates only the checks that could have stopped it. Scars and the
-	// terminations they cause are the library's (guard.denial).
-	var chain []branch
-	for _, e := range rules {
-		chain = append(chain, toolSteps(e.guard, e.rule, e.when, n.RateLimit, len(denyPkgs) > 0, len(approvalPkgs) > 0)...)
+	// The verdict (SPEC §4 steps 3-9). A step a tool cannot trigger (no cap,
+	// no cost, no constraint, no approval) is not written at all: an allowed
+	// request evaluates only the checks that could have stopped it. Scars and
+	// the terminations they cause are the library's (guard.denial).
+	var whens strings.Builder
+	wWhen := func(format string, args ...any) { fmt.Fprintf(&whens, format, args...) }
+	var chain []branch // the verdict's branches
+	next := 0          // the index of the next CEL constraint's program
+	if len(names) <= chainTools {
+		// One chain of branches: for each tool, its steps in order, every
+		// branch guarded by the tool; then the default rule's steps,
+		// unguarded; else the unlisted-tool denial. OPA's index keeps, of
+		// the chain, only the branches whose guard the request's tool meets
+		// (and the unguarded ones), in order, and a listed tool's steps end
+		// in an unconditional allow: so a request evaluates its own tool's
+		// steps and nothing else, and an unlisted one the default rule's or
+		// the denial, without a negation (D29).
+		for i, name := range names {
+			r := n.Tools[name]
+			when := ""
+			if len(r.When) > 0 {
+				when = fmt.Sprintf("d := _when_%d", i)
+				next = writeWhen(wWhen, fmt.Sprintf("_when_%d", i), r.When, next)
+			}
+			chain = append(chain, st.steps("input.request.tool == "+quote(name), constFigures(r, when))...)
+		}
+		w("# The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.\n")
+	} else {
+		// A table: OPA compiles each branch of a chain as a rule, which
+		// costs far more than an entry of a table (D60).
+		next = writeTable(w, n, names, st)
+		chain = append(chain, branch{head: "v", conds: []string{"t := tools[input.request.tool]", "v := _steps(t.shape, t)"}})
+		w("# The verdict of a request or an approval: its tool's steps, else the default rule's\n")
+		w("# (or the unlisted-tool denial).\n")
 	}
-	if n.DefaultRule == nil {
+	if r := n.DefaultRule; r != nil {
+		when := ""
+		if len(r.When) > 0 {
+			when = "d := _when_default"
+			writeWhen(wWhen, "_when_default", r.When, next)
+		}
+		chain = append(chain, st.steps("", constFigures(*r, when))...)
+	} else {
 		chain = append(chain, branch{head: `guard.denial("unlisted_tool", "moderate")`})
 	}
-	w("# The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.\n")
-	for i, br := range chain {
-		if i == 0 {
-			w("verdict := %s", br.head)
-		} else {
-			w(" else := %s", br.head)
-		}
-		if len(br.conds) == 0 {
-			break // unconditional: the branches after it could never be reached
-		}
-		w(" if {\n")
-		for _, c := range br.conds {
-			w("\t%s\n", c)
-		}
-		w("}")
-	}
-	w("\n\n")
+	writeChain(w, "verdict", chain)
 	if whens.Len() > 0 {
 		w("# CEL constraints: the first that does not hold denies (SPEC §5).\n")
 		b.WriteString(whens.String())
@@ -157,15 +139,66 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 	return b.String()
 }
 
-// branch is one branch of the verdict chain: its value, if all its conditions hold.
+// chainTools is the most tools whose verdict is one chain (D29); a policy
+// with more is written as a table (D60).
+const chainTools = 64
+
+// branch is one branch of an else-chain: its value, if all its conditions hold.
 type branch struct {
 	head  string
 	conds []string
 }
 
-// toolSteps returns one tool's branches: SPEC §4 steps 4-9 (step 3, the rule
-// lookup, is the guard on each; "" for the default rule, which needs none).
-func toolSteps(guard string, r policy.ToolRule, when string, rate *policy.RateLimit, extDeny, extApproval bool) []branch {
+// writeChain writes one rule as an else-chain of branches, up to the first
+// unconditional one (the branches after it could never be reached).
+func writeChain(w func(string, ...any), head string, chain []branch) {
+	for i, br := range chain {
+		if i == 0 {
+			w("%s := %s", head, br.head)
+		} else {
+			w(" else := %s", br.head)
+		}
+		if len(br.conds) == 0 {
+			break
+		}
+		w(" if {\n")
+		for _, c := range br.conds {
+			w("\t%s\n", c)
+		}
+		w("}")
+	}
+	w("\n\n")
+}
+
+// figures are a tool rule's numbers as the steps read them: Rego constants,
+// or references into the tool's table entry; "" for a step the rule lacks.
+type figures struct {
+	maxCalls string
+	cost     string // "" for a free tool
+	when     string // the condition that binds d to the first failing constraint
+	approval bool
+}
+
+func constFigures(r policy.ToolRule, when string) figures {
+	f := figures{when: when, approval: r.RequiresApproval}
+	if r.MaxCalls != nil {
+		f.maxCalls = fmt.Sprint(*r.MaxCalls)
+	}
+	if r.Cost > 0 {
+		f.cost = fmt.Sprint(r.Cost)
+	}
+	return f
+}
+
+// stepper writes the steps of tool rules; what it holds is the policy's.
+type stepper struct {
+	rate                 *policy.RateLimit
+	extDeny, extApproval bool
+}
+
+// steps returns one rule's branches: SPEC §4 steps 4-9 (step 3, the rule
+// lookup, is the guard on each, "" for none).
+func (s stepper) steps(guard string, f figures) []branch {
 	var bs []branch
 	add := func(head string, conds ...string) {
 		if guard != "" {
@@ -173,37 +206,112 @@ func toolSteps(guard string, r policy.ToolRule, when string, rate *policy.RateLi
 		}
 		bs = append(bs, branch{head, conds})
 	}
-	if rate != nil {
+	if s.rate != nil {
 		// window_secs in decimal nanoseconds: up to 2^53 s, beyond int64, exact in Rego.
-		add(`guard.denial("rate_limited", "minor")`, fmt.Sprintf("input.rate_kth_age_ns < %d000000000", rate.WindowSecs))
+		add(`guard.denial("rate_limited", "minor")`, fmt.Sprintf("input.rate_kth_age_ns < %d000000000", s.rate.WindowSecs))
 	}
-	if r.MaxCalls != nil {
-		add(`guard.denial("max_calls_exceeded", "minor")`, fmt.Sprintf("input.state.tool_calls >= %d", *r.MaxCalls))
+	if f.maxCalls != "" {
+		add(`guard.denial("max_calls_exceeded", "minor")`, "input.state.tool_calls >= "+f.maxCalls)
 	}
-	if when != "" {
-		add("guard.denial(d.reason, d.scar)", "d := "+when)
+	if f.when != "" {
+		add("guard.denial(d.reason, d.scar)", f.when)
 	}
-	if extDeny {
+	if s.extDeny {
 		add("guard.denial(d.reason, d.scar)", "d := ext_denial")
 	}
-	verdict := func(decision, reason string, cost int64, terminated string) string {
-		return fmt.Sprintf(`{"decision": %q, "reason": %q, "cost": %d, "scar": "none", "weight": 0, "terminated": %s}`,
+	verdict := func(decision, reason, cost, terminated string) string {
+		return fmt.Sprintf(`{"decision": %q, "reason": %q, "cost": %s, "scar": "none", "weight": 0, "terminated": %s}`,
 			decision, reason, cost, terminated)
 	}
-	if r.Cost > 0 {
-		add(verdict("deny", "insufficient_budget", 0, "null"), fmt.Sprintf("input.state.remaining < %d", r.Cost))
+	if f.cost != "" {
+		add(verdict("deny", "insufficient_budget", "0", "null"), "input.state.remaining < "+f.cost)
 	}
 	switch {
-	case r.RequiresApproval:
-		add(verdict("pending", "approval_required", 0, "null"), `input.mode == "request"`)
-	case extApproval:
-		add(verdict("pending", "approval_required", 0, "null"), `input.mode == "request"`, "ext_requires_approval")
+	case f.approval:
+		add(verdict("pending", "approval_required", "0", "null"), `input.mode == "request"`)
+	case s.extApproval:
+		add(verdict("pending", "approval_required", "0", "null"), `input.mode == "request"`, "ext_requires_approval")
 	}
-	if r.Cost > 0 {
-		add(verdict("allow", "ok", r.Cost, `"budget_exhausted"`), fmt.Sprintf("input.state.remaining == %d", r.Cost))
+	cost := f.cost
+	if cost == "" {
+		cost = "0"
+	} else {
+		add(verdict("allow", "ok", cost, `"budget_exhausted"`), "input.state.remaining == "+cost)
 	}
-	add(verdict("allow", "ok", r.Cost, "null")) // the tool's last step: unconditional but for its guard
+	add(verdict("allow", "ok", cost, "null")) // the rule's last step: unconditional but for its guard
 	return bs
+}
+
+// writeTable writes the tools of a large policy as a table, tools[name], and
+// the steps of each shape of rule, _steps(shape, entry): a shape is which
+// steps a rule has; its entry holds its figures (max_calls, cost, its CEL
+// constraints: {i, reason, scar}, i the program's index). It returns the
+// index of the next CEL program.
+func writeTable(w func(string, ...any), n policy.Policy, names []string, st stepper) int {
+	type shape struct{ maxCalls, cost, when, approval bool }
+	shapes := map[shape]int{}
+	var order []shape
+	next := 0
+	w("# The tool rules as the verdict reads them: each tool's shape (which steps of SPEC §4\n")
+	w("# its rule has: _steps below) and its figures.\n")
+	w("tools := {\n")
+	for _, name := range names {
+		r := n.Tools[name]
+		sh := shape{r.MaxCalls != nil, r.Cost > 0, len(r.When) > 0, r.RequiresApproval}
+		k, ok := shapes[sh]
+		if !ok {
+			k = len(order)
+			shapes[sh] = k
+			order = append(order, sh)
+		}
+		w("\t%s: {", quote(name))
+		if sh.cost {
+			w(`"cost": %d, `, r.Cost)
+		}
+		if sh.maxCalls {
+			w(`"max_calls": %d, `, *r.MaxCalls)
+		}
+		w(`"shape": %d`, k)
+		if sh.when {
+			w(`, "when": [`)
+			for j, c := range r.When {
+				if j > 0 {
+					w(", ")
+				}
+				w(`{"i": %d, "reason": %s, "scar": %s}`, next, quote(c.Reason), quote(c.Scar))
+				next++
+			}
+			w("]")
+		}
+		w("},\n")
+	}
+	w("}\n\n")
+	anyWhen := false
+	for k, sh := range order {
+		f := figures{approval: sh.approval}
+		if sh.maxCalls {
+			f.maxCalls = "t.max_calls"
+		}
+		if sh.cost {
+			f.cost = "t.cost"
+		}
+		if sh.when {
+			f.when = "d := _when_denial(t.when)"
+			anyWhen = true
+		}
+		arg := "t"
+		if !sh.maxCalls && !sh.cost && !sh.when {
+			arg = "_"
+		}
+		writeChain(w, fmt.Sprintf("_steps(%d, %s)", k, arg), st.steps("", f))
+	}
+	if anyWhen {
+		w("# The first of a tool's CEL constraints that does not hold (SPEC §5).\n")
+		w("_when_denial(cs) := d if {\n")
+		w("\tds := [c | some c in cs; not %s(c.i, input)]\n", celBuiltin)
+		w("\td := ds[0]\n}\n\n")
+	}
+	return next
 }
 
 func writeWhen(w func(string, ...any), name string, whens []policy.Constraint, next int) int {

@@ -63,7 +63,8 @@ func EvalOptions(c *policy.Compiled) []rego.EvalOption {
 
 // PrepareQuery prepares one of a compiled policy's queries (c.Query or
 // c.RejectQuery) exactly as the runtime evaluates it: its modules and builtins,
-// Rego v1, and results left as ast terms (no conversion to Go values).
+// Rego v1, and results left as ast terms (no conversion to Go values). The
+// modules are compiled once: c.Compiler when the compiler made one.
 // Benchmarks use it for OPA's floor.
 func PrepareQuery(ctx context.Context, c *policy.Compiled, query string) (rego.PreparedEvalQuery, error) {
 	opts := []func(*rego.Rego){
@@ -71,8 +72,12 @@ func PrepareQuery(ctx context.Context, c *policy.Compiled, query string) (rego.P
 		rego.SetRegoVersion(ast.RegoV1),
 		rego.GenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }),
 	}
-	for _, m := range c.Modules {
-		opts = append(opts, rego.Module(m.Name, m.Source))
+	if c.Compiler != nil {
+		opts = append(opts, rego.Compiler(c.Compiler)) // compiled by the compiler's check (D61)
+	} else {
+		for _, m := range c.Modules {
+			opts = append(opts, rego.Module(m.Name, m.Source))
+		}
 	}
 	opts = append(opts, c.Options...)
 	pq, err := rego.New(opts...).PrepareForEval(ctx)

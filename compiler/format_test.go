@@ -2,13 +2,13 @@ package compiler
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/format"
 
+	"github.com/lineage-guard/lineage/internal/testpolicy"
 	lineagerego "github.com/lineage-guard/lineage/rego"
 )
 
@@ -26,14 +26,7 @@ func opaFmt(t *testing.T, name, src string) string {
 // (one chain, and the table of a large policy: D60), and the library in
 // rego/ are exactly what `opa fmt` writes.
 func TestGeneratedIsFormatted(t *testing.T) {
-	var files []string
-	for _, pattern := range []string{"testdata/golden/*/policy.yaml", "testdata/valid/*.yaml", "testdata/valid/*.json"} {
-		m, err := filepath.Glob(pattern)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, m...)
-	}
+	files := testPolicies(t)
 	checked := 0
 	check := func(name, src string) {
 		t.Helper()
@@ -48,7 +41,7 @@ func TestGeneratedIsFormatted(t *testing.T) {
 			check(fmt.Sprintf("%s (chain up to %d tools)", file, max), c.Modules[len(lineagerego.Library())].Source)
 		}
 	}
-	c, err := Compile("many.yaml", manyToolsPolicy(chainTools+1))
+	c, err := Compile("many.yaml", testpolicy.ManyTools(chainTools+1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,25 +70,4 @@ func lineDiff(got, want string) string {
 		}
 	}
 	return fmt.Sprintf("%d lines generated, %d written by opa fmt", len(g), len(w))
-}
-
-// manyToolsPolicy is a policy of n tools with every kind of step.
-func manyToolsPolicy(n int) []byte {
-	var b strings.Builder
-	b.WriteString("budget: 1000000\nscar_limit: 100\nrate_limit: {max_actions: 60, window_secs: 60}\n")
-	b.WriteString("default_rule: {cost: 2, max_calls: 3, when: [{expr: \"args.amount <= 5\", reason: too_much}]}\ntools:\n")
-	for i := 0; i < n; i++ {
-		fmt.Fprintf(&b, "  tool_%05d: {cost: %d", i, i%3)
-		if i%2 == 0 {
-			fmt.Fprintf(&b, ", max_calls: %d", 10+i%50)
-		}
-		if i%7 == 0 {
-			b.WriteString(", requires_approval: true")
-		}
-		if i%10 == 0 {
-			fmt.Fprintf(&b, `, when: [{expr: "args.amount <= %d", reason: too_much, scar: minor}]`, 1000+i)
-		}
-		b.WriteString("}\n")
-	}
-	return []byte(b.String())
 }

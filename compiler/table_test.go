@@ -22,17 +22,7 @@ import (
 // around the cap, inside and outside the rate window, scores at the limit,
 // args that meet and break the CEL constraints.
 func TestTableMatchesChain(t *testing.T) {
-	var files []string
-	for _, pattern := range []string{"testdata/golden/*/policy.yaml", "testdata/valid/*.yaml", "testdata/valid/*.json"} {
-		m, err := filepath.Glob(pattern)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, m...)
-	}
-	if len(files) < 10 {
-		t.Fatalf("%d policies: the test data moved", len(files))
-	}
+	files := testPolicies(t)
 	tables := 0
 	for _, file := range files {
 		t.Run(file, func(t *testing.T) {
@@ -62,6 +52,23 @@ func TestTableMatchesChain(t *testing.T) {
 	if tables < 8 {
 		t.Errorf("only %d policies with tools", tables)
 	}
+}
+
+// testPolicies lists the valid policies of the test data.
+func testPolicies(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	for _, pattern := range []string{"testdata/golden/*/policy.yaml", "testdata/valid/*.yaml", "testdata/valid/*.json"} {
+		m, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m...)
+	}
+	if len(files) < 10 {
+		t.Fatalf("%d policies: the test data moved", len(files))
+	}
+	return files
 }
 
 func compileWith(t *testing.T, file string, max int) *policy.Compiled {

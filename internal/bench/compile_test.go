@@ -3,38 +3,15 @@ package bench
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/compiler"
+	"github.com/lineage-guard/lineage/internal/testpolicy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
 )
-
-// manyTools writes a policy of n tools that uses every kind of step: a rate
-// limit for all; costs, caps, approvals and CEL constraints spread over the
-// tools; and a default rule.
-func manyTools(n int) []byte {
-	var b strings.Builder
-	b.WriteString("name: many tools\nbudget: 1000000\nscar_limit: 100\nrate_limit: {max_actions: 60, window_secs: 60}\n")
-	b.WriteString("default_rule: {cost: 2, max_calls: 3}\ntools:\n")
-	for i := 0; i < n; i++ {
-		fmt.Fprintf(&b, "  tool_%05d: {cost: %d", i, i%3)
-		if i%2 == 0 {
-			fmt.Fprintf(&b, ", max_calls: %d", 10+i%50)
-		}
-		if i%7 == 0 {
-			b.WriteString(", requires_approval: true")
-		}
-		if i%10 == 0 {
-			fmt.Fprintf(&b, `, when: [{expr: "args.amount <= %d", reason: too_much, scar: minor}]`, 1000+i)
-		}
-		b.WriteString("}\n")
-	}
-	return []byte(b.String())
-}
 
 // BenchmarkCompile measures what a policy of n tools costs before its first
 // decision: the compiler (generation and OPA's check), then the runtime's
@@ -42,7 +19,7 @@ func manyTools(n int) []byte {
 // compile cost is judged by (linear: ns/tool flat from 100 to 10,000 tools).
 func BenchmarkCompile(b *testing.B) {
 	for _, n := range []int{10, 100, 1000, 10000} {
-		doc := manyTools(n)
+		doc := testpolicy.ManyTools(n)
 		b.Run(fmt.Sprintf("tools=%d", n), func(b *testing.B) {
 			ctx := context.Background()
 			cpu0 := cpuTime()

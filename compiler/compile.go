@@ -297,6 +297,9 @@ func checkModules(c *policy.Compiled, exts []*extension) diag.List {
 		}
 		diags = append(diags, owner.at(diag.CodeRegoCompile, err.Location, err.Message))
 	}
+	if len(diags) == 0 {
+		c.Compiler = comp // the runtime prepares its queries on it (D61)
+	}
 	diags.Sort()
 	return diags
 }

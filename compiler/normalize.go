@@ -9,8 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gowebpki/jcs"
-
+	"github.com/lineage-guard/lineage/internal/canon"
 	"github.com/lineage-guard/lineage/policy"
 )
 
@@ -122,7 +121,7 @@ func canonical(n policy.Policy) ([]byte, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	doc, err := jcs.Transform(raw)
+	doc, err := canon.Transform(raw)
 	if err != nil {
 		return nil, "", err
 	}

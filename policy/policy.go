@@ -8,6 +8,8 @@ package policy
 
 import (
 	"encoding/json"
+
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 )
 
@@ -106,6 +108,10 @@ type Compiled struct {
 	// the policy's rules read (rego/guard.rego lists the input): whoever
 	// builds the input may leave out the rest.
 	Reads InputReads
+	// Compiler is OPA's compilation of Modules, made when the compiler
+	// checked them: whoever prepares the queries reuses it rather than
+	// compiling the modules again (nil: compile Modules). Read only.
+	Compiler *ast.Compiler
 }
 
 // InputReads names the parts of the query input that only some policies read.

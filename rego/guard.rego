@@ -1,7 +1,8 @@
 # The base library: what every policy's decisions share. The compiler writes
-# each policy's verdict (SPEC §4 steps 3-9: one chain of branches, each tool's
-# steps guarded by the tool, in package lineage.policy); this package holds
-# what the chain calls:
+# each policy's verdict (SPEC §4 steps 3-9, in package lineage.policy: one
+# chain of branches, each tool's steps guarded by the tool; or, for more than
+# 64 tools, a table of the tools and a chain of steps per shape of rule,
+# decisions D29 and D60); this package holds what those chains call:
 #
 #   denial(reason, scar)  a denial with its scar, and the termination the scar
 #                         causes when the score reaches the limit (§4);

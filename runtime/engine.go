@@ -81,7 +81,9 @@ func EvalOptions(c *policy.Compiled) []rego.EvalOption {
 // given only the builtins lineage allows (lineagerego.Capabilities: the
 // compiler checked this already, the runtime does not rely on it), and
 // builtin errors made errors instead of undefined (so that an extension
-// fails closed). Benchmarks use it for OPA's floor.
+// fails closed). The modules are compiled once: c.Compiler when the compiler
+// made one (its check ran with the same capabilities). Benchmarks use it for
+// OPA's floor.
 func PrepareQuery(ctx context.Context, c *policy.Compiled, query string) (rego.PreparedEvalQuery, error) {
 	opts := []func(*rego.Rego){
 		rego.Query(query),
@@ -90,8 +92,12 @@ func PrepareQuery(ctx context.Context, c *policy.Compiled, query string) (rego.P
 		rego.StrictBuiltinErrors(true),
 		rego.GenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }),
 	}
-	for _, m := range c.Modules {
-		opts = append(opts, rego.Module(m.Name, m.Source))
+	if c.Compiler != nil {
+		opts = append(opts, rego.Compiler(c.Compiler)) // compiled by the compiler's check (D61)
+	} else {
+		for _, m := range c.Modules {
+			opts = append(opts, rego.Module(m.Name, m.Source))
+		}
 	}
 	opts = append(opts, c.Options...)
 	pq, err := rego.New(opts...).PrepareForEval(ctx)

@@ -12,9 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/gowebpki/jcs"
-
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/internal/canon"
 	"github.com/lineage-guard/lineage/policy"
 )
 
@@ -87,7 +86,7 @@ func canonicalBody(it item) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if it.args, err = jcs.Transform(raw); err != nil {
+		if it.args, err = canon.Transform(raw); err != nil {
 			return nil, err
 		}
 	}
@@ -98,7 +97,7 @@ func canonicalBody(it item) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return jcs.Transform(raw)
+	return canon.Transform(raw)
 }
 
 // appendCanonicalBody writes the canonical JSON of the bodies that requests,
@@ -395,10 +394,10 @@ func bodyIsCanonical(rec lineage.Record, body any, canonArgs []byte) bool {
 		if string(canonArgs) == "{}" {
 			return true
 		}
-		args, err := jcs.Transform(canonArgs)
+		args, err := canon.Transform(canonArgs)
 		return err == nil && bytes.Equal(args, canonArgs)
 	}
-	canon, err := jcs.Transform(rec.Body)
+	canon, err := canon.Transform(rec.Body)
 	return err == nil && bytes.Equal(canon, rec.Body)
 }
 
@@ -416,7 +415,7 @@ func openRecordStrict(line []byte, seq uint64, prev string) (lineage.Record, err
 	if err := dec.Decode(&strict); err != nil {
 		return rec, &ChainError{Seq: seq, Reason: "not a record: " + err.Error()}
 	}
-	canon, err := jcs.Transform(line)
+	canon, err := canon.Transform(line)
 	if err != nil || !bytes.Equal(canon, line) {
 		return rec, &ChainError{Seq: seq, Reason: "record is not in canonical form (RFC 8785)"}
 	}

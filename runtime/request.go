@@ -9,7 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/gowebpki/jcs"
+	"github.com/lineage-guard/lineage/internal/canon"
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/lineage-guard/lineage"
@@ -157,7 +157,7 @@ func canonicalArgs(args map[string]any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return jcs.Transform(raw)
+	return canon.Transform(raw)
 }
 
 // plainJSON reports whether v is made only of values whose canonical JSON

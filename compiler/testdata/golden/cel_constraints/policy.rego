@@ -66,4 +66,3 @@ _when_default := {"decision": "deny", "reason": "admin_tool", "scar": "severe", 
 } else := {"decision": "deny", "reason": "expired", "scar": "moderate", "cost": 0} if {
 	not lineage.cel(5, input) # now < timestamp("2030-01-01T00:00:00Z")
 }
-

@@ -48,4 +48,3 @@ verdict := guard.denial("rate_limited", "minor") if {
 } else := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
 	input.request.tool == "read_invoice"
 } else := guard.denial("unlisted_tool", "moderate")
-

@@ -14,4 +14,3 @@ scar_weights := {"minor": 1, "moderate": 3, "severe": 10}
 
 # The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
 verdict := guard.denial("unlisted_tool", "moderate")
-

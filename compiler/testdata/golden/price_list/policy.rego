@@ -42,4 +42,3 @@ verdict := guard.denial("max_calls_exceeded", "minor") if {
 } else := {"decision": "allow", "reason": "ok", "cost": 5, "scar": "none", "weight": 0, "terminated": "budget_exhausted"} if {
 	input.state.remaining == 5
 } else := {"decision": "allow", "reason": "ok", "cost": 5, "scar": "none", "weight": 0, "terminated": null}
-

@@ -34,4 +34,3 @@ verdict := guard.denial("rate_limited", "minor") if {
 } else := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
 	input.request.tool == "tool.v2:search/web-x"
 } else := guard.denial("unlisted_tool", "moderate")
-

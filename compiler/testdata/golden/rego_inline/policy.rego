@@ -2,8 +2,8 @@
 # Policy sha256:305b45b452bf32a1858592a5b3cff93874129812604df830601fe652e3f1d840
 package lineage.policy
 
-import data.lineage.guard
 import data.lineage.extlib
+import data.lineage.guard
 
 digest := "sha256:305b45b452bf32a1858592a5b3cff93874129812604df830601fe652e3f1d840"
 
@@ -40,4 +40,3 @@ ext_denial := extlib.strongest({extlib.normalize(d) | some d in ds}) if {
 ext_requires_approval if {
 	count(data.lineage.ext.transfers.require_approval) > 0
 }
-

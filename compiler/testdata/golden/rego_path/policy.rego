@@ -2,8 +2,8 @@
 # Policy sha256:37f518a22ffaa952b4b0757352dc367e94ddb05a289656140b5102035e4b6657
 package lineage.policy
 
-import data.lineage.guard
 import data.lineage.extlib
+import data.lineage.guard
 
 digest := "sha256:37f518a22ffaa952b4b0757352dc367e94ddb05a289656140b5102035e4b6657"
 
@@ -57,4 +57,3 @@ ext_denial := extlib.strongest({extlib.normalize(d) | some d in ds}) if {
 ext_requires_approval if {
 	count(data.lineage.ext.weekday.require_approval) > 0
 }
-

@@ -19,4 +19,3 @@ verdict := guard.denial("max_calls_exceeded", "minor") if {
 } else := {"decision": "allow", "reason": "ok", "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
 	input.request.tool == "browse"
 } else := guard.denial("unlisted_tool", "moderate")
-

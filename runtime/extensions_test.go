@@ -87,6 +87,9 @@ func TestRuntimeRefusesForbiddenBuiltins(t *testing.T) {
 			c := mustCompileYAML(t, "budget: 10\ntools: {pay: {cost: 1}}\nrego:\n  - source: |\n      package lineage.ext.x\n\n      deny contains {\"reason\": \"r\"} if input.request.args.x\n")
 			edited := *c
 			edited.Modules = append(edited.Modules[:0:0], c.Modules...)
+			// Built by hand: no compilation of the compiler's own comes with
+			// it (Compiled.Compiler is the compilation of Modules, D61).
+			edited.Compiler = nil
 			found := false
 			for i, m := range edited.Modules {
 				if strings.HasPrefix(m.Name, "ext/") {

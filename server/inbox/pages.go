@@ -272,8 +272,13 @@ func (tl *timeline) add(rec lineage.Record) entry {
 		_ = json.Unmarshal(rec.Body, &b)
 		e.Badge, e.Icon, e.Class = verdictBadge(b.Verdict)
 		what := "rejected"
-		if b.Approved {
-			what = "approved"
+		switch {
+		case !b.Approved:
+			e.Badge, e.Icon, e.Class = "rejected", "✖", "deny"
+		case b.Verdict.Decision == lineage.Allow:
+			what, e.Badge = "approved", "approved"
+		default: // approved, but the guard denied it then (the budget ran out meanwhile)
+			what, e.Badge = "approved", "approved, then "+e.Badge
 		}
 		e.Summary = fmt.Sprintf("%s %s request %s", b.Approver, what, b.RequestID)
 		e.Detail = b.Verdict.Reason

@@ -46,7 +46,7 @@ func (c chart) ViewBox() string { return fmt.Sprintf("0 0 %g %g", chartW, chartH
 func (c chart) Left() float64   { return padL }
 func (c chart) Right() float64  { return chartW - padR }
 func (c chart) Bottom() float64 { return chartH - padB }
-func (c chart) Top_() float64   { return padT }
+func (c chart) TopY() float64   { return padT }
 func (c chart) LabelY() float64 { return chartH - 8 }
 
 func newChart(id, title string, pts []point, limit int64, limitLabel string) chart {

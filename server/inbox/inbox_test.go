@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -236,5 +237,39 @@ func TestAgentStringsAreText(t *testing.T) {
 		if !strings.Contains(body, "&lt;img src=x onerror=alert(1)&gt;") {
 			t.Errorf("%s: the agent's string is not shown as text", path)
 		}
+	}
+}
+
+func TestErrorsAnswerInKind(t *testing.T) {
+	e := start(t)
+	agent, _, bot := e.agent("bot")
+	ctx := context.Background()
+	if _, err := bot.Request(ctx, agent, lineage.Request{ID: "w1", Tool: "wire"}); err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser()
+	_, csrf := b.signIn(e.apprTok)
+	if resp, body := b.get("/agents/agt_nobody"); resp.StatusCode != 404 || !contains(body, "unknown_agent", "Back to the inbox") {
+		t.Errorf("unknown agent page: %d", resp.StatusCode)
+	}
+	if resp, _ := b.post("/agents/"+agent+"/requests/w1/reject", url.Values{"csrf": {csrf}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("reject: %d", resp.StatusCode)
+	}
+	// A second decision, as the script sends it, is the API's 409 not_pending, as JSON.
+	req, _ := http.NewRequest("POST", e.url+"/agents/"+agent+"/requests/w1/approve", strings.NewReader(url.Values{"csrf": {csrf}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "application/json")
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body map[string]string
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusConflict || body["code"] != "not_pending" {
+		t.Errorf("approve after reject: %d %v %v, want 409 not_pending", resp.StatusCode, body, err)
+	}
+	// The live stream needs a session.
+	if resp, _ := e.browser().get("/inbox/events"); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("events without a session: %d, want 401", resp.StatusCode)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/runtime"
 )
 
 func pathEscape(s string) string { return url.PathEscape(s) }
@@ -58,12 +59,16 @@ func (in *Inbox) pendingList(r *http.Request) ([]pendingRow, error) {
 			continue
 		}
 		st, err := in.b.Runtime.State(r.Context(), id)
-		if err != nil {
-			return nil, err
+		var info runtime.AgentInfo
+		if err == nil {
+			info, err = in.b.Runtime.Info(r.Context(), id)
 		}
-		info, err := in.b.Runtime.Info(r.Context(), id)
 		if err != nil {
-			return nil, err
+			if r.Context().Err() != nil {
+				return nil, err
+			}
+			in.log.Warn("inbox: skipping an agent that does not open", "agent", id, "error", err.Error())
+			continue
 		}
 		for _, p := range list {
 			base := "/agents/" + pathEscape(id) + "/requests/" + pathEscape(p.RequestID)

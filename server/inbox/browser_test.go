@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -200,6 +201,9 @@ func TestBrowser(t *testing.T) {
 		var cells []string
 		tb.eval(t, `[...document.querySelectorAll('`+row("live-1")+` td')].map(td => td.textContent.replace(/\s+/g, " ").trim())`, &cells)
 		got := strings.Join(cells, " | ")
+		if len(cells) != 7 || !regexp.MustCompile(`^\d+s$`).MatchString(cells[5]) {
+			t.Errorf("cells %q: want 7, the sixth how long it waited", cells)
+		}
 		for _, want := range []string{"payments-bot", "wire", `{"amount":250,"to":"acct-7"}`, "2", "10 / 10"} {
 			if !strings.Contains(got, want) {
 				t.Errorf("row %q lacks %q", got, want)
@@ -247,7 +251,20 @@ func TestBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		tb.waitFor(t, "the new row", `document.querySelector('`+row("live-2")+` button.reject') !== null`)
-		tb.do(t, chromedp.Click(chromedp.CSS(row("live-2")+" button.reject")))
+		// By keyboard: Tab from the top of the page reaches the button, Enter presses it.
+		var ok bool
+		tb.eval(t, `document.activeElement && document.activeElement.blur(), window.scrollTo(0, 0), true`, &ok)
+		focused := `document.activeElement === document.querySelector('` + row("live-2") + ` button.reject')`
+		for i := 0; ; i++ {
+			if tb.eval(t, focused, &ok); ok {
+				break
+			}
+			if i == 40 {
+				t.Fatal("40 Tabs did not reach the Reject button")
+			}
+			tb.do(t, chromedp.KeyEvent(kb.Tab))
+		}
+		tb.do(t, chromedp.KeyEvent(kb.Enter))
 		tb.waitFor(t, "the rejected row to leave", `document.querySelector('`+row("live-2")+`') === null`)
 		v, err := bot.Verdict(ctx, agent, "live-2", 0)
 		if err != nil || v.Decision != lineage.Deny {

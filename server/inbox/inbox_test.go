@@ -273,3 +273,38 @@ func TestErrorsAnswerInKind(t *testing.T) {
 		t.Errorf("events without a session: %d, want 401", resp.StatusCode)
 	}
 }
+
+func TestAgentsList(t *testing.T) {
+	e := start(t)
+	ctx := context.Background()
+	a1, _, bot1 := e.agent("scarred")
+	for _, amount := range []int{5, 500} { // allowed (1 credit), then a minor scar
+		if _, err := bot1.Request(ctx, a1, lineage.Request{Tool: "pay", Args: map[string]any{"amount": amount}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a2, _, _ := e.agent("killed")
+	if _, err := e.admin.Terminate(ctx, a2, "test"); err != nil {
+		t.Fatal(err)
+	}
+	b := e.browser()
+	b.signIn(e.apprTok)
+	resp, body := b.get("/agents")
+	if resp.StatusCode != 200 {
+		t.Fatal(resp.StatusCode)
+	}
+	rowOf := func(agent string) string {
+		i := strings.Index(body, `data-agent="`+agent+`"`)
+		if i < 0 {
+			t.Fatalf("no row for %s", agent)
+		}
+		end := strings.Index(body[i:], "</tr>")
+		return strings.Join(strings.Fields(body[i:i+end]), " ")
+	}
+	if r := rowOf(a1); !contains(r, "scarred", "● alive", "9 / 10", `value="1"`, "1 / 5") {
+		t.Errorf("the scarred agent's row: %s", r)
+	}
+	if r := rowOf(a2); !contains(r, "killed", "☠ terminated", "10 / 10", "0 / 5") {
+		t.Errorf("the killed agent's row: %s", r)
+	}
+}

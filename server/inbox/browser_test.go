@@ -123,11 +123,15 @@ func transient(err error) bool {
 	return strings.Contains(s, "navigated or closed") || strings.Contains(s, "Cannot find context")
 }
 
-func (tb *tab) screenshot(t *testing.T, name string) {
+// screenshot writes the top of the page, width × height, to docs/img/name
+// when -screenshots is given; the viewport is then width × 800 again.
+func (tb *tab) screenshot(t *testing.T, name string, width, height int64) {
 	t.Helper()
 	if !*screenshots {
 		return
 	}
+	tb.do(t, chromedp.EmulateViewport(width, height))
+	defer tb.do(t, chromedp.EmulateViewport(width, 800))
 	png, err := chromedp.Run(tb.ctx, chromedp.CaptureScreenshot())
 	if err != nil {
 		t.Fatal(err)
@@ -323,6 +327,9 @@ func TestBrowser(t *testing.T) {
 			if res.Client != 390 || res.Scroll > res.Client || len(res.Cut) > 0 {
 				t.Errorf("%s at 390 px: scrollWidth %d, clientWidth %d, cut off: %q", path, res.Scroll, res.Client, res.Cut)
 			}
+			if path == "/" {
+				tb.screenshot(t, "inbox-390.png", 390, 600)
+			}
 		}
 	})
 
@@ -333,7 +340,7 @@ func TestBrowser(t *testing.T) {
 		}
 		tb.do(t, chromedp.Navigate(e.url+"/"))
 		tb.waitFor(t, "two rows", `document.querySelectorAll("#pending-rows tr").length === 2`)
-		tb.screenshot(t, "inbox.png")
+		tb.screenshot(t, "inbox.png", 1000, 420)
 	})
 
 	t.Run("charts show the scripted agent's numbers", func(t *testing.T) {
@@ -394,7 +401,7 @@ func TestBrowser(t *testing.T) {
 		if fmt.Sprintf("%q", badges) != fmt.Sprintf("%q", want) {
 			t.Errorf("timeline badges %q, want %q", badges, want)
 		}
-		tb.screenshot(t, "agent.png")
+		tb.screenshot(t, "agent.png", 1000, 800)
 	})
 
 	t.Run("kill switch", func(t *testing.T) {

@@ -59,17 +59,23 @@ func newChart(id, title string, pts []point, limit int64, limitLabel string) cha
 		top = 1
 	}
 	c.Top = top
+	pts = thin(pts, maxPoints)
+	c.Points = pts
 	n := len(pts)
-	x := func(i int) float64 {
-		if n <= 1 {
+	var first, span float64
+	if n > 1 {
+		first, span = float64(pts[0].Seq), float64(pts[n-1].Seq-pts[0].Seq)
+	}
+	x := func(seq uint64) float64 {
+		if span == 0 {
 			return padL
 		}
-		return padL + float64(i)*(chartW-padL-padR)/float64(n-1)
+		return padL + (float64(seq)-first)*(chartW-padL-padR)/span
 	}
 	y := func(v int64) float64 { return chartH - padB - float64(v)*(chartH-padT-padB)/float64(top) }
 	var path strings.Builder
 	for i := range pts {
-		pts[i].X, pts[i].Y = x(i), y(pts[i].Value)
+		pts[i].X, pts[i].Y = x(pts[i].Seq), y(pts[i].Value)
 		if i == 0 {
 			fmt.Fprintf(&path, "M%.1f %.1f", pts[i].X, pts[i].Y)
 		} else { // a step: the total changes at the record
@@ -86,4 +92,31 @@ func newChart(id, title string, pts []point, limit int64, limitLabel string) cha
 		c.Ticks = append(c.Ticks, tick{Y: y(v), Label: fmt.Sprint(v)})
 	}
 	return c
+}
+
+// maxPoints is the most points a chart draws: a long log keeps its first
+// point, its last, and the records where the total changed, evenly thinned
+// if there are still too many (D129).
+const maxPoints = 500
+
+func thin(pts []point, most int) []point {
+	if len(pts) <= most {
+		return pts
+	}
+	kept := []point{pts[0]}
+	for i := 1; i < len(pts)-1; i++ {
+		if pts[i].Value != pts[i-1].Value {
+			kept = append(kept, pts[i])
+		}
+	}
+	kept = append(kept, pts[len(pts)-1])
+	if len(kept) <= most {
+		return kept
+	}
+	out := make([]point, 0, most)
+	step := float64(len(kept)-1) / float64(most-1)
+	for i := range most - 1 {
+		out = append(out, kept[int(float64(i)*step)])
+	}
+	return append(out, kept[len(kept)-1])
 }

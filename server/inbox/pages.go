@@ -187,7 +187,11 @@ type agentData struct {
 	Terminate   string
 	Note        string
 	ScarCounts  string
+	Records     int // in the log; the timeline shows the newest maxTimeline
 }
+
+// maxTimeline is the most records the agent page lists (the log has them all).
+const maxTimeline = 200
 
 func verdictBadge(v lineage.Verdict) (badge, icon, class string) {
 	switch v.Decision {
@@ -232,9 +236,14 @@ func (in *Inbox) agentPage(w http.ResponseWriter, r *http.Request, s *session) {
 	for _, rec := range recs {
 		d.Timeline = append(d.Timeline, tl.add(rec))
 	}
-	// Newest first reads best; the charts keep the order of the log.
+	// Newest first reads best, and only the newest maxTimeline (D129); the
+	// charts keep the order of the log.
 	for i, j := 0, len(d.Timeline)-1; i < j; i, j = i+1, j-1 {
 		d.Timeline[i], d.Timeline[j] = d.Timeline[j], d.Timeline[i]
+	}
+	d.Records = len(d.Timeline)
+	if len(d.Timeline) > maxTimeline {
+		d.Timeline = d.Timeline[:maxTimeline]
 	}
 	d.Credits = newChart("chart-credits", "Credits spent", tl.spent, st.Budget, "budget")
 	d.Scars = newChart("chart-scars", "Scar score", tl.scars, d.ScarLimit, "scar limit")

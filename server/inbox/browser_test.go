@@ -10,11 +10,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
+	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
@@ -46,6 +49,15 @@ func chromium(t *testing.T) string {
 type tab struct {
 	ctx     context.Context
 	dialogs atomic.Int32 // alert/confirm/prompt dialogs opened (an XSS would open one)
+
+	mu       sync.Mutex
+	problems []string // script exceptions and Content-Security-Policy refusals
+}
+
+func (tb *tab) problem(s string) {
+	tb.mu.Lock()
+	tb.problems = append(tb.problems, s)
+	tb.mu.Unlock()
 }
 
 func newTab(t *testing.T) *tab {
@@ -65,6 +77,14 @@ func newTab(t *testing.T) *tab {
 	t.Cleanup(func() { cancelTimeout(); cancelCtx(); cancelAlloc() })
 	tb := &tab{ctx: ctx}
 	if err := chromedp.Listen(ctx, func(ev any) {
+		switch ev := ev.(type) {
+		case *cdpruntime.EventExceptionThrown:
+			tb.problem(fmt.Sprintf("exception: %s %s", ev.ExceptionDetails.Text, ev.ExceptionDetails.URL))
+		case *cdplog.EventEntryAdded:
+			if strings.Contains(ev.Entry.Text, "Content Security Policy") || ev.Entry.Level == cdplog.EntryLevelError {
+				tb.problem(string(ev.Entry.Level) + ": " + ev.Entry.Text + " " + ev.Entry.URL)
+			}
+		}
 		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
 			tb.dialogs.Add(1)
 			go chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
@@ -158,6 +178,13 @@ const (
 func TestBrowser(t *testing.T) {
 	tb := newTab(t)
 	e := start(t)
+	defer func() {
+		tb.mu.Lock()
+		defer tb.mu.Unlock()
+		if len(tb.problems) > 0 {
+			t.Errorf("the pages logged problems (a script error, or a refusal under the CSP):\n%s", strings.Join(tb.problems, "\n"))
+		}
+	}()
 	ctx := context.Background()
 	agent, _, bot := e.agent("payments-bot")
 

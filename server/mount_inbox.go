@@ -3,6 +3,9 @@ package server
 import (
 	"context"
 	"net/http"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/runtime"
@@ -55,6 +58,21 @@ func (s *Server) mountInbox() {
 		Logger: s.log,
 	})
 	for _, p := range inbox.Patterns {
-		s.mux.Handle(p, h)
+		s.mux.Handle(p, s.logged(p, h))
 	}
+}
+
+// logged gives an inbox route the request log line and the HTTP metrics of
+// the API's routes, the route being the pattern without its method.
+func (s *Server) logged(pattern string, h http.Handler) http.Handler {
+	_, route, _ := strings.Cut(pattern, " ")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		h.ServeHTTP(sw, r)
+		took := time.Since(start)
+		s.met.http.WithLabelValues(route, strconv.Itoa(sw.status)).Inc()
+		s.met.httpTime.WithLabelValues(route).Observe(took.Seconds())
+		s.log.Info("request", "method", r.Method, "route", route, "path", r.URL.Path, "status", sw.status, "duration", took)
+	})
 }

@@ -11,9 +11,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
 )
 
 func TestLongLogsAreThinned(t *testing.T) {
@@ -49,14 +47,7 @@ func TestLongLogsAreThinned(t *testing.T) {
 }
 
 func TestTimelineShowsTheNewest(t *testing.T) {
-	st, err := store.OpenFile(t.TempDir(), store.FileOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	rt := runtime.Open(st, runtime.Options{
-		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
-	})
+	rt := openRuntime(t)
 	c, err := compiler.Compile("", []byte(`{"budget": 1, "tools": {"ping": {"cost": 0}}}`))
 	if err != nil {
 		t.Fatal(err)

@@ -184,34 +184,8 @@ func (in *Inbox) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cross-Origin-Opener-Policy", "same-origin")
-	start := time.Now()
-	sw := &statusWriter{ResponseWriter: w}
-	in.mux.ServeHTTP(sw, r)
-	in.log.Info("inbox request", "method", r.Method, "path", r.URL.Path, "status", sw.status, "duration", time.Since(start))
+	in.mux.ServeHTTP(w, r)
 }
-
-// statusWriter remembers the status a page sent; Unwrap keeps Flush (the
-// event stream) working through it.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (in *Inbox) static(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("file")

@@ -30,6 +30,10 @@ func TestSecurityHeaders(t *testing.T) {
 			t.Errorf("%s: X-Content-Type-Options %q", path, got)
 		}
 	}
+	// Inbox routes are counted like the API's.
+	if _, m := b.get("/metrics"); !strings.Contains(m, `lineage_http_requests_total{code="200",route="/signin"}`) {
+		t.Error("/metrics does not count GET /signin")
+	}
 	// The API keeps its own answers: an unknown /v1 route is still JSON.
 	resp, body := b.get("/v1/nothing")
 	if resp.StatusCode != 404 || !strings.Contains(body, `"not_found"`) {

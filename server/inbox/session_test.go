@@ -26,15 +26,21 @@ type clock struct {
 func (c *clock) now() time.Time          { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
-func TestSessionsExpire(t *testing.T) {
+// openRuntime is a runtime over a fresh file store.
+func openRuntime(t *testing.T) *runtime.Runtime {
+	t.Helper()
 	st, err := store.OpenFile(t.TempDir(), store.FileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	rt := runtime.Open(st, runtime.Options{
+	t.Cleanup(func() { st.Close() })
+	return runtime.Open(st, runtime.Options{
 		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
 	})
+}
+
+func TestSessionsExpire(t *testing.T) {
+	rt := openRuntime(t)
 	clk := &clock{t: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
 	in := New(Backend{
 		Runtime:    rt,

@@ -77,6 +77,7 @@ func New(cfg Config) (*Server, error) {
 	for _, rt := range s.routes() {
 		s.mux.Handle(rt.pattern(), s.wrap(rt))
 	}
+	s.mountInbox()
 	return s, nil
 }
 
@@ -543,17 +544,27 @@ func (s *Server) decidePending(w http.ResponseWriter, r *http.Request, p Princip
 	if err := noBody(w, r); err != nil {
 		return badRequest(err)
 	}
-	start := time.Now()
-	v, err := decide(r.Context(), agent, runtime.Approval{RequestID: id, By: p.Name})
+	v, err := s.decideAs(r.Context(), p, agent, id, decide)
 	if err != nil {
 		return err
+	}
+	return writeJSON(w, http.StatusOK, v)
+}
+
+// decideAs approves or rejects as p, then tells the streams and the waiters.
+func (s *Server) decideAs(ctx context.Context, p Principal, agent, id string,
+	decide func(context.Context, string, runtime.Approval) (lineage.Verdict, error)) (lineage.Verdict, error) {
+	start := time.Now()
+	v, err := decide(ctx, agent, runtime.Approval{RequestID: id, By: p.Name})
+	if err != nil {
+		return v, err
 	}
 	s.met.decided(v, time.Since(start))
 	s.touched(agent)
 	s.hub.publish(event{"decided", map[string]any{"agent": agent, "request_id": id, "by": p.Name, "verdict": v}})
 	s.hub.wake(agent, id)
 	s.announceTermination(agent, v.Terminated, "")
-	return writeJSON(w, http.StatusOK, v)
+	return v, nil
 }
 
 func (s *Server) terminate(w http.ResponseWriter, r *http.Request, p Principal) error {
@@ -625,23 +636,30 @@ type verifyResult struct {
 }
 
 func (s *Server) verify(w http.ResponseWriter, r *http.Request, _ Principal) error {
-	agent := r.PathValue("agent")
+	res, err := s.verifyOf(r.PathValue("agent"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) verifyOf(agent string) (verifyResult, error) {
 	recs, err := s.rt.Records(agent)
 	var chain *runtime.ChainError
 	var damage *store.DamageError
 	switch {
 	case errors.As(err, &chain):
-		return writeJSON(w, http.StatusOK, verifyResult{Seq: &chain.Seq, Message: chain.Reason})
+		return verifyResult{Seq: &chain.Seq, Message: chain.Reason}, nil
 	case errors.As(err, &damage):
-		return writeJSON(w, http.StatusOK, verifyResult{Seq: &damage.Seq, Message: damage.Reason})
+		return verifyResult{Seq: &damage.Seq, Message: damage.Reason}, nil
 	case err != nil:
-		return err
+		return verifyResult{}, err
 	case len(recs) < 2:
 		seq := uint64(len(recs))
-		return writeJSON(w, http.StatusOK, verifyResult{Seq: &seq, Message: "log ends before its policy record"})
+		return verifyResult{Seq: &seq, Message: "log ends before its policy record"}, nil
 	}
 	n := len(recs)
-	return writeJSON(w, http.StatusOK, verifyResult{OK: true, Records: &n, Head: recs[n-1].Hash})
+	return verifyResult{OK: true, Records: &n, Head: recs[n-1].Hash}, nil
 }
 
 type pendingRow struct {

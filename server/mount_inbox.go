@@ -1,0 +1,78 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/runtime"
+	"github.com/lineage-guard/lineage/server/inbox"
+)
+
+// mountInbox serves the approval inbox (SPEC §13, package inbox) beside the
+// API, on the server's own principals, decisions and event stream.
+func (s *Server) mountInbox() {
+	h := inbox.New(inbox.Backend{
+		Runtime: s.rt,
+		Authenticate: func(token string) (inbox.Principal, bool) {
+			p, ok := s.auth.principal(token)
+			return inbox.Principal{Name: p.Name, Role: string(p.Role)}, ok
+		},
+		Events: http.HandlerFunc(s.handleEvents),
+		Decide: func(ctx context.Context, by, agent, id string, approve bool) (lineage.Verdict, error) {
+			decide := s.rt.Reject
+			if approve {
+				decide = s.rt.Approve
+			}
+			return s.decideAs(ctx, Principal{Name: by}, agent, id, decide)
+		},
+		Terminate: func(ctx context.Context, by, agent, note string) error {
+			if _, err := s.rt.Terminate(ctx, agent, runtime.Kill{By: by, Note: note}); err != nil {
+				return err
+			}
+			s.touched(agent)
+			s.announceTermination(agent, lineage.Killed, by)
+			return nil
+		},
+		Verify: func(agent string) (inbox.Verified, error) {
+			res, err := s.verifyOf(agent)
+			if err != nil {
+				return inbox.Verified{}, err
+			}
+			v := inbox.Verified{OK: res.OK, Head: res.Head, Message: res.Message}
+			if res.Records != nil {
+				v.Records = *res.Records
+			}
+			if res.Seq != nil {
+				v.Seq = *res.Seq
+			}
+			return v, nil
+		},
+		Status: func(err error) (int, string) {
+			e := errorOf(err)
+			return e.status, e.Code
+		},
+		Logger: s.log,
+	})
+	for _, p := range inbox.Patterns {
+		s.mux.Handle(p, s.logged(p, h))
+	}
+}
+
+// logged gives an inbox route the request log line and the HTTP metrics of
+// the API's routes, the route being the pattern without its method.
+func (s *Server) logged(pattern string, h http.Handler) http.Handler {
+	_, route, _ := strings.Cut(pattern, " ")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		h.ServeHTTP(sw, r)
+		took := time.Since(start)
+		s.met.http.WithLabelValues(route, strconv.Itoa(sw.status)).Inc()
+		s.met.httpTime.WithLabelValues(route).Observe(took.Seconds())
+		s.log.Info("request", "method", r.Method, "route", route, "path", r.URL.Path, "status", sw.status, "duration", took)
+	})
+}

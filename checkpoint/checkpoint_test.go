@@ -3,7 +3,6 @@ package checkpoint_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/checkpoint"
+	"github.com/lineage-guard/lineage/checkpoint/checkpointtest"
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
@@ -99,56 +99,24 @@ func open(t testing.TB, msg []byte, vkey string) checkpoint.Checkpoint {
 	return c
 }
 
-// rehash rewrites a log the way someone who can write the folder would: edit
-// record k's body, then recompute every hash and prev from k on, so that the
-// chain verifies again. It returns the records as the runtime reads them.
+// rehash rewrites record k with edit and re-hashes the chain after it
+// (checkpointtest.Rehash); the result must verify on its own.
 func rehash(t testing.TB, recs []lineage.Record, k int, edit func([]byte) []byte) []lineage.Record {
 	t.Helper()
 	var lines [][]byte
-	prev := ""
-	for i, r := range recs {
-		if i < k {
-			prev = r.Hash
-			line, err := json.Marshal(r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			canon, err := jcs.Transform(line)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lines = append(lines, canon)
-			continue
-		}
-		body := r.Body
-		if i == k {
-			body = edit(bytes.Clone(body))
-		}
-		unsigned, err := json.Marshal(struct {
-			Seq  uint64          `json:"seq"`
-			At   lineage.Time    `json:"at"`
-			Kind lineage.Kind    `json:"kind"`
-			Prev string          `json:"prev"`
-			Body json.RawMessage `json:"body"`
-		}{r.Seq, r.At, r.Kind, prev, body})
+	for _, r := range recs {
+		line, err := json.Marshal(r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		canon, err := jcs.Transform(unsigned)
-		if err != nil {
+		if line, err = jcs.Transform(line); err != nil {
 			t.Fatal(err)
 		}
-		sum := sha256.Sum256(canon)
-		hash := "sha256:" + hex.EncodeToString(sum[:])
-		full, err := json.Marshal(lineage.Record{Seq: r.Seq, At: r.At, Kind: r.Kind, Prev: prev, Body: body, Hash: hash})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if full, err = jcs.Transform(full); err != nil {
-			t.Fatal(err)
-		}
-		lines = append(lines, full)
-		prev = hash
+		lines = append(lines, line)
+	}
+	lines, err := checkpointtest.Rehash(lines, k, edit)
+	if err != nil {
+		t.Fatal(err)
 	}
 	out, err := runtime.VerifyLines(func(fn func(uint64, []byte) error) error {
 		for i, l := range lines {

@@ -90,6 +90,9 @@ var commands = []func(*globalParams) *cobra.Command{
 	newStateCmd,
 	newLogCmd,
 	newVerifyCmd,
+	newKeyCmd,
+	newCheckpointCmd,
+	newReplayCmd,
 	newTestCmd,
 	newBenchCmd,
 }

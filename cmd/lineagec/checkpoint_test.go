@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gowebpki/jcs"
+	"github.com/rogpeppe/go-internal/txtar"
 
 	"github.com/lineage-guard/lineage/checkpoint/checkpointtest"
 )
@@ -111,4 +112,26 @@ func TestRehashedLogFailsVerifyCheckpoint(t *testing.T) {
 	if code, out := lineagec(t, "--data", data, "verify", agent, "--checkpoint", cp, "--pubkey", pub); code != 0 {
 		t.Fatalf("the original: exit %d, %q", code, out)
 	}
+}
+
+// TestReplayScriptUsesTheExample keeps replay.txtar's invoice policy the
+// example's own.
+func TestReplayScriptUsesTheExample(t *testing.T) {
+	a, err := txtar.ParseFile("testdata/script/replay.txtar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile("../../examples/invoice/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range a.Files {
+		if f.Name == "invoice.yaml" {
+			if !bytes.Equal(f.Data, want) {
+				t.Fatal("replay.txtar's invoice.yaml is not examples/invoice/policy.yaml; copy it again")
+			}
+			return
+		}
+	}
+	t.Fatal("replay.txtar has no invoice.yaml")
 }

@@ -271,26 +271,24 @@ func TestReplayRefusesWhatIsNotALog(t *testing.T) {
 	}
 }
 
-// BenchmarkReplay replays a 20,000-request invoice log (reads, model turns,
-// payments approved) under a policy that differs from the recorded one; it
-// reports replayed requests per second.
-func BenchmarkReplay(b *testing.B) {
+// benchLog is a 20,000-request invoice log (reads, model turns, payments
+// approved: 25,000 acts) and a policy that differs from the recorded one.
+func benchLog(b *testing.B) ([]lineage.Record, *policy.Compiled) {
 	ctx := context.Background()
 	rt := runtime.Open(store.NewMemory(), runtime.Options{})
-	big := compile(b, `
+	recorded := compile(b, `
 budget: 1000000
 tools:
   llm_turn: { cost: 0 }
   read_invoice: { cost: 0 }
   pay_invoice: { cost: 1, requires_approval: true }
 `)
-	agent, err := rt.CreateAgent(ctx, big, runtime.CreateOptions{At: genesis})
+	agent, err := rt.CreateAgent(ctx, recorded, runtime.CreateOptions{At: genesis})
 	if err != nil {
 		b.Fatal(err)
 	}
-	const n = 20000
 	at := genesis
-	for i := 0; i < n; i++ {
+	for i := 0; i < benchRequests; i++ {
 		at = at.Add(time.Second)
 		tool := []string{"read_invoice", "llm_turn", "read_invoice", "pay_invoice"}[i%4]
 		v, err := rt.Request(ctx, agent, lineage.Request{Tool: tool, Args: map[string]any{"invoice": fmt.Sprintf("INV-%d", i)}, At: at})
@@ -307,7 +305,7 @@ tools:
 	if err != nil {
 		b.Fatal(err)
 	}
-	stricter := compile(b, `
+	return recs, compile(b, `
 budget: 1000000
 rate_limit: { max_actions: 1000, window_secs: 60 }
 tools:
@@ -315,16 +313,42 @@ tools:
   read_invoice: { cost: 0 }
   pay_invoice: { cost: 2, requires_approval: true, max_calls: 4000 }
 `)
-	rp := replay.New(stricter)
+}
+
+const benchRequests = 20000
+
+func replayOnce(b *testing.B, rp *replay.Replayer, recs []lineage.Record) {
+	rep, err := rp.Run(context.Background(), recs, replay.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if rep.Summary.Requests != benchRequests || rep.Summary.Differ == 0 {
+		b.Fatalf("summary %+v", rep.Summary)
+	}
+}
+
+// BenchmarkReplay replays one log on one goroutine (what lineagec replay
+// does); it reports replayed requests per second.
+func BenchmarkReplay(b *testing.B) {
+	recs, c := benchLog(b)
+	rp := replay.New(c)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		rep, err := rp.Run(ctx, recs, replay.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if rep.Summary.Requests != n || rep.Summary.Differ == 0 {
-			b.Fatalf("summary %+v", rep.Summary)
-		}
+		replayOnce(b, rp, recs)
 	}
-	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "requests/s")
+	b.ReportMetric(float64(benchRequests)*float64(b.N)/b.Elapsed().Seconds(), "requests/s")
+}
+
+// BenchmarkReplayParallel replays logs on GOMAXPROCS goroutines, one
+// Replayer each (shadow mode over a store's agents).
+func BenchmarkReplayParallel(b *testing.B) {
+	recs, c := benchLog(b)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		rp := replay.New(c)
+		for pb.Next() {
+			replayOnce(b, rp, recs)
+		}
+	})
+	b.ReportMetric(float64(benchRequests)*float64(b.N)/b.Elapsed().Seconds(), "requests/s")
 }

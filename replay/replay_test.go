@@ -163,19 +163,19 @@ func TestReplayUnderItsOwnPolicyReproducesTheLog(t *testing.T) {
 	}
 }
 
-const invoice = `
-budget: 25000
-scar_limit: 10
-rate_limit: { max_actions: 60, window_secs: 60 }
-tools:
-  llm_turn: { cost: 0, max_calls: 60 }
-  read_invoice: { cost: 0 }
-  pay_invoice: { cost: 1, requires_approval: true, max_calls: 10 }
-`
-
 func compile(t testing.TB, yaml string) *policy.Compiled {
 	t.Helper()
 	c, err := compiler.Compile("policy.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// examplePolicy is the invoice example's policy (examples/invoice).
+func examplePolicy(t testing.TB) *policy.Compiled {
+	t.Helper()
+	c, err := compiler.CompileFile("../examples/invoice/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func invoiceLog(t testing.TB) []lineage.Record {
 	t.Helper()
 	ctx := context.Background()
 	rt := runtime.Open(store.NewMemory(), runtime.Options{})
-	agent, err := rt.CreateAgent(ctx, compile(t, invoice), runtime.CreateOptions{At: genesis})
+	agent, err := rt.CreateAgent(ctx, examplePolicy(t), runtime.CreateOptions{At: genesis})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ tools:
 
 func TestReplayRefusesWhatIsNotALog(t *testing.T) {
 	recs := invoiceLog(t)
-	if _, err := replay.Run(context.Background(), recs[1:], compile(t, invoice), replay.Options{}); err == nil {
+	if _, err := replay.Run(context.Background(), recs[1:], examplePolicy(t), replay.Options{}); err == nil {
 		t.Fatal("a log without genesis replayed")
 	}
 }

@@ -65,10 +65,9 @@ func randomPolicy(r *rand.Rand) policy.Policy {
 
 // randomLog drives a runtime with random acts (the errors among them are
 // not recorded, as in production) and returns the log.
-func randomLog(t testing.TB, r *rand.Rand, c *policy.Compiled, n int) []lineage.Record {
+func randomLog(t testing.TB, r *rand.Rand, rt *runtime.Runtime, c *policy.Compiled, n int) []lineage.Record {
 	t.Helper()
 	ctx := context.Background()
-	rt := runtime.Open(store.NewMemory(), runtime.Options{NewAgentID: func() string { return "agt_random" }})
 	agent, err := rt.CreateAgent(ctx, c, runtime.CreateOptions{At: genesis, Name: "r"})
 	if err != nil {
 		t.Fatal(err)
@@ -121,9 +120,9 @@ func randomLog(t testing.TB, r *rand.Rand, c *policy.Compiled, n int) []lineage.
 // very same log (the replayed head equals the recorded head).
 func TestReplayUnderItsOwnPolicyReproducesTheLog(t *testing.T) {
 	ctx := context.Background()
-	policies, logs := 150, 6
+	policies, logs := 100, 8
 	if testing.Short() {
-		policies = 30
+		policies = 25
 	}
 	kinds := map[lineage.Kind]int{}
 	for seed := uint64(0); seed < uint64(policies); seed++ {
@@ -133,8 +132,10 @@ func TestReplayUnderItsOwnPolicyReproducesTheLog(t *testing.T) {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
 		rp := replay.New(c)
+		agents := 0 // each log is another agent of one runtime (one prepared query per policy)
+		rt := runtime.Open(store.NewMemory(), runtime.Options{NewAgentID: func() string { agents++; return fmt.Sprintf("agt_r%d", agents) }})
 		for l := 0; l < logs; l++ {
-			recs := randomLog(t, r, c, 5+r.IntN(40))
+			recs := randomLog(t, r, rt, c, 5+r.IntN(40))
 			for _, rec := range recs {
 				kinds[rec.Kind]++
 			}

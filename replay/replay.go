@@ -146,6 +146,7 @@ func (p *Replayer) Run(ctx context.Context, recs []lineage.Record, o Options) (*
 	}
 	outcomes := map[string]*outcome{}
 	var order []string
+	ids := map[string]string{} // recorded assigned id → the replay's
 	for _, rec := range recs[2:] {
 		*now = rec.At.Time
 		ev := Event{Seq: rec.Seq, At: rec.At}
@@ -162,15 +163,19 @@ func (p *Replayer) Run(ctx context.Context, recs []lineage.Record, o Options) (*
 				return nil, fmt.Errorf("%w: seq %d: args: %v", ErrBadLog, rec.Seq, err)
 			}
 			// An id the runtime assigned (req_<seq>, D17) is reserved: the
-			// replay asks without one and gets the same id, since every act
-			// appends one record on both sides until the new policy seals the
-			// log (after which nothing is appended and approvals are void).
-			if b.Request.ID == "req_"+strconv.FormatUint(rec.Seq, 10) {
+			// replay asks without one, and approvals follow the id the replay
+			// got (seqs move when the new policy refuses an approval: it
+			// appends nothing there).
+			assigned := b.Request.ID == "req_"+strconv.FormatUint(rec.Seq, 10)
+			if assigned {
 				req.ID = ""
 			}
 			v, rerr := rt.Request(ctx, agent, req)
 			if rerr != nil {
 				return nil, fmt.Errorf("replay: seq %d: request %q: %w", rec.Seq, b.Request.ID, rerr)
+			}
+			if assigned {
+				ids[b.Request.ID] = v.RequestID
 			}
 			ev.Replayed = &v
 			outcomes[b.Request.ID] = &outcome{tool: b.Request.Tool, recorded: b.Verdict, replayed: v}
@@ -181,7 +186,11 @@ func (p *Replayer) Run(ctx context.Context, recs []lineage.Record, o Options) (*
 				return nil, err
 			}
 			ev.Kind, ev.RequestID, ev.By, ev.Recorded = "reject", b.RequestID, b.Approver, &b.Verdict
-			ap := runtime.Approval{RequestID: b.RequestID, By: b.Approver, At: *now}
+			id := b.RequestID
+			if mapped, ok := ids[id]; ok {
+				id = mapped
+			}
+			ap := runtime.Approval{RequestID: id, By: b.Approver, At: *now}
 			var v lineage.Verdict
 			var aerr error
 			if b.Approved {

@@ -265,6 +265,44 @@ tools:
 	}
 }
 
+// TestAssignedIdsFollowTheReplay: an approval refused under the new policy
+// appends nothing there, so later assigned ids move by one; the approval of a
+// later request must follow its new id.
+func TestAssignedIdsFollowTheReplay(t *testing.T) {
+	ctx := context.Background()
+	rt := runtime.Open(store.NewMemory(), runtime.Options{})
+	agent, err := rt.CreateAgent(ctx, compile(t, "budget: 10\ntools: {read: {cost: 0, requires_approval: true}, pay: {cost: 1, requires_approval: true}}\n"),
+		runtime.CreateOptions{At: genesis})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tool := range []string{"read", "pay"} {
+		at := genesis.Add(time.Duration(i+1) * time.Second)
+		v, err := rt.Request(ctx, agent, lineage.Request{Tool: tool, At: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rt.Approve(ctx, agent, runtime.Approval{RequestID: v.RequestID, By: "alice", At: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, err := rt.Records(agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := replay.Run(ctx, recs, compile(t, "budget: 10\ntools: {read: {cost: 0}, pay: {cost: 1, requires_approval: true}}\n"), replay.Options{All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := rep.Events[len(rep.Events)-1]
+	if last.RequestID != "req_4" || last.Replayed == nil || last.Replayed.Decision != lineage.Allow || last.Replayed.RequestID != "req_3" {
+		t.Fatalf("approval of req_4 (req_3 in the replay): %+v", last)
+	}
+	if rep.Summary.Differ != 0 || rep.Summary.DifferentActs != 2 { // read: pending → allow at once, and its approval refused
+		t.Fatalf("summary %+v", rep.Summary)
+	}
+}
+
 func TestReplayRefusesWhatIsNotALog(t *testing.T) {
 	recs := invoiceLog(t)
 	if _, err := replay.Run(context.Background(), recs[1:], examplePolicy(t), replay.Options{}); err == nil {

@@ -135,3 +135,56 @@ func TestReplayScriptUsesTheExample(t *testing.T) {
 	}
 	t.Fatal("replay.txtar has no invoice.yaml")
 }
+
+// TestProvableHistoryBadInput: malformed keys, checkpoints, logs and
+// policies end with exit 1 and a message, never a panic.
+func TestProvableHistoryBadInput(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	policy := filepath.Join(dir, "p.yaml")
+	garbage := filepath.Join(dir, "garbage")
+	empty := filepath.Join(dir, "empty")
+	for name, text := range map[string]string{policy: "budget: 1\ntools: {}\n", garbage: "\x00\xff{\n\n— x\n", empty: ""} {
+		if err := os.WriteFile(name, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out := lineagec(t, "--data", data, "agent", "create", "--policy", policy)
+	if code != 0 {
+		t.Fatal(code)
+	}
+	agent := strings.TrimSpace(out)
+	key, pub := filepath.Join(dir, "k"), filepath.Join(dir, "k.pub")
+	if code, _ := lineagec(t, "key", "generate", "--private", key, "--public", pub); code != 0 {
+		t.Fatal(code)
+	}
+	for _, args := range [][]string{
+		{"key", "generate", "--private", dir, "--public", filepath.Join(dir, "x.pub")},
+		{"key", "generate", "--private", filepath.Join(dir, "same"), "--public", filepath.Join(dir, "same")},
+		{"key", "generate", "--name", "", "--private", filepath.Join(dir, "n.key"), "--public", filepath.Join(dir, "n.pub")},
+		{"key", "generate", "extra"},
+		{"checkpoint", agent, "--key", garbage},
+		{"checkpoint", agent, "--key", empty},
+		{"checkpoint", agent, "--key", filepath.Join(dir, "missing")},
+		{"checkpoint", garbage, "--key", key},
+		{"checkpoint", empty, "--key", key},
+		{"checkpoint", agent, "--key", key, "-o", dir},
+		{"verify", agent, "--checkpoint", garbage, "--pubkey", pub},
+		{"verify", agent, "--checkpoint", empty, "--pubkey", pub},
+		{"verify", agent, "--checkpoint", pub, "--pubkey", pub},
+		{"verify", agent, "--checkpoint", garbage, "--pubkey", garbage},
+		{"verify", agent, "--checkpoint", garbage, "--pubkey", key},
+		{"replay", agent, "--policy", garbage},
+		{"replay", garbage, "--policy", policy},
+		{"replay", empty, "--policy", policy},
+		{"replay", agent, "--policy", dir},
+	} {
+		var stdout, stderr strings.Builder
+		code := run(append([]string{"--data", data}, args...), &stdout, &stderr)
+		said := stdout.String() + stderr.String()
+		if code != exitFailure || said == "" || strings.Contains(said, "internal error") ||
+			(stderr.Len() > 0 && !strings.HasPrefix(stderr.String(), "lineagec: ")) {
+			t.Errorf("lineagec %q: exit %d, stdout %q, stderr %q", args, code, stdout.String(), stderr.String())
+		}
+	}
+}

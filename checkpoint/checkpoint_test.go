@@ -41,27 +41,31 @@ tools:
 // point share that prefix byte for byte (forks).
 func makeLog(t testing.TB, id string, tools ...string) []lineage.Record {
 	t.Helper()
-	ctx := context.Background()
-	c, err := compiler.Compile("policy.yaml", []byte(invoicePolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := runtime.Open(store.NewMemory(), runtime.Options{NewAgentID: func() string { return id }})
-	agent, err := rt.CreateAgent(ctx, c, runtime.CreateOptions{At: genesis, Name: "bot"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, tool := range tools {
-		if _, err := rt.Request(ctx, agent, lineage.Request{Tool: tool, Args: map[string]any{"n": json.Number(fmt.Sprint(i))},
-			At: genesis.Add(time.Duration(i+1) * time.Second)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	recs, err := rt.Records(agent)
+	recs, err := buildLog(id, tools...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return recs
+}
+
+func buildLog(id string, tools ...string) ([]lineage.Record, error) {
+	ctx := context.Background()
+	c, err := compiler.Compile("policy.yaml", []byte(invoicePolicy))
+	if err != nil {
+		return nil, err
+	}
+	rt := runtime.Open(store.NewMemory(), runtime.Options{NewAgentID: func() string { return id }})
+	agent, err := rt.CreateAgent(ctx, c, runtime.CreateOptions{At: genesis, Name: "bot"})
+	if err != nil {
+		return nil, err
+	}
+	for i, tool := range tools {
+		if _, err := rt.Request(ctx, agent, lineage.Request{Tool: tool, Args: map[string]any{"n": json.Number(fmt.Sprint(i))},
+			At: genesis.Add(time.Duration(i+1) * time.Second)}); err != nil {
+			return nil, err
+		}
+	}
+	return rt.Records(agent)
 }
 
 func keys(t testing.TB, name string) (string, string) {

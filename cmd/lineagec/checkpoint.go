@@ -34,6 +34,13 @@ a line: the list is not signed but checked against the signed root, and lets
 verify name the first changed record. --note-only prints the note alone (what
 a witness cosigns). The argument is a log file or an agent id, as for verify;
 a damaged log is not signed.
+
+verify --checkpoint prints "ok: …" when the log is the checkpoint's or extends
+it, else "diverges at seq N: reason" (with the bare note a changed record can
+only be placed in a range: "diverges at seq 0..N-1") and exits 1. Its --format
+json prints {ok, agent, records, checkpoint_size, diverges_at, diverges_by,
+reason, list_ignored, head, signer}. A checkpoint signed by another key is the
+error checkpoint_wrong_key; a damaged one checkpoint_damaged.
 ` + exitCodesHelp,
 		Args: argsUsage(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -312,6 +312,10 @@ func TestReplayRefusesWhatIsNotALog(t *testing.T) {
 
 // benchLog is a 20,000-request invoice log (reads, model turns, payments
 // approved: 25,000 acts) and a policy that differs from the recorded one.
+//
+// It also reports how fast the runtime itself wrote that log (the same
+// requests and approvals, through Request and Approve): the machine's speed
+// at the moment, to compare replay with.
 func benchLog(b *testing.B) ([]lineage.Record, *policy.Compiled) {
 	ctx := context.Background()
 	rt := runtime.Open(store.NewMemory(), runtime.Options{})
@@ -327,6 +331,7 @@ tools:
 		b.Fatal(err)
 	}
 	at := genesis
+	start := time.Now()
 	for i := 0; i < benchRequests; i++ {
 		at = at.Add(time.Second)
 		tool := []string{"read_invoice", "llm_turn", "read_invoice", "pay_invoice"}[i%4]
@@ -340,6 +345,7 @@ tools:
 			}
 		}
 	}
+	b.ReportMetric(benchRequests/time.Since(start).Seconds(), "runtime_requests/s")
 	recs, err := rt.Records(agent)
 	if err != nil {
 		b.Fatal(err)

@@ -315,15 +315,19 @@ func decode(rec lineage.Record, into any) error {
 	return nil
 }
 
-// scratch is the store under a Replayer: the one log being replayed, in
-// memory. Unlike the stores of package store, Create on an agent that has a
+// scratch is the store under a Replayer: the length of the one log being
+// replayed, and nothing else. The runtime reads a log back only when it opens
+// an agent it has not cached, and a Replayer's agent is always the one it
+// just created, so the records need not be kept (a replay of a long log
+// then holds one copy of it, not two); Scan says so rather than answer
+// wrongly. Unlike the stores of package store, Create on an agent that has a
 // log starts it afresh: the Replayer creates the same agent id for every
 // replay of that agent, on one runtime (one prepared query per policy), and
 // the runtime then replaces its cached agent.
 type scratch struct {
 	mu    sync.Mutex
 	agent string
-	recs  [][]byte
+	n     uint64
 }
 
 var _ store.Store = (*scratch)(nil)
@@ -331,7 +335,7 @@ var _ store.Store = (*scratch)(nil)
 func (s *scratch) Create(agent string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.agent, s.recs = agent, nil
+	s.agent, s.n = agent, 0
 	return nil
 }
 
@@ -341,27 +345,15 @@ func (s *scratch) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 	if agent != s.agent {
 		return fmt.Errorf("%w: %s", store.ErrNotFound, agent)
 	}
-	if firstSeq != uint64(len(s.recs)) {
-		return fmt.Errorf("%w: %s: append at %d, log has %d records", store.ErrSeq, agent, firstSeq, len(s.recs))
+	if firstSeq != s.n {
+		return fmt.Errorf("%w: %s: append at %d, log has %d records", store.ErrSeq, agent, firstSeq, s.n)
 	}
-	s.recs = append(s.recs, recs...)
+	s.n += uint64(len(recs))
 	return nil
 }
 
 func (s *scratch) Scan(agent string, fn func(seq uint64, rec []byte) error) error {
-	s.mu.Lock()
-	recs := s.recs
-	ok := agent == s.agent
-	s.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("%w: %s", store.ErrNotFound, agent)
-	}
-	for i, r := range recs {
-		if err := fn(uint64(i), r); err != nil {
-			return err
-		}
-	}
-	return nil
+	return fmt.Errorf("replay: the scratch store keeps no records (agent %s)", agent)
 }
 
 func (s *scratch) Agents() ([]string, error) {

@@ -3,9 +3,11 @@ package replay_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -304,9 +306,39 @@ func TestAssignedIdsFollowTheReplay(t *testing.T) {
 }
 
 func TestReplayRefusesWhatIsNotALog(t *testing.T) {
+	ctx := context.Background()
 	recs := invoiceLog(t)
-	if _, err := replay.Run(context.Background(), recs[1:], examplePolicy(t), replay.Options{}); err == nil {
-		t.Fatal("a log without genesis replayed")
+	if _, err := replay.Run(ctx, recs[1:], examplePolicy(t), replay.Options{}); !errors.Is(err, replay.ErrBadLog) {
+		t.Fatalf("a log without genesis: %v", err)
+	}
+	// A long log (records decoded in batches ahead of the replay) that goes
+	// bad early, in the body or in its order, and late.
+	rt := runtime.Open(store.NewMemory(), runtime.Options{})
+	agent, err := rt.CreateAgent(ctx, examplePolicy(t), runtime.CreateOptions{At: genesis})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 1000; i++ {
+		if _, err := rt.Request(ctx, agent, lineage.Request{Tool: "read_invoice", At: genesis.Add(time.Duration(i) * time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long, err := rt.Records(agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, seq := range []int{3, 700, len(long) - 1} {
+		for _, damage := range []func(*lineage.Record){
+			func(r *lineage.Record) { r.Body = []byte(`{"request":`) },
+			func(r *lineage.Record) { r.Kind = lineage.KindGenesis },
+		} {
+			bad := append([]lineage.Record(nil), long...)
+			damage(&bad[seq])
+			_, err := replay.Run(ctx, bad, examplePolicy(t), replay.Options{})
+			if !errors.Is(err, replay.ErrBadLog) || !strings.Contains(err.Error(), fmt.Sprintf("seq %d:", seq)) {
+				t.Errorf("damage at seq %d: %v", seq, err)
+			}
+		}
 	}
 }
 

@@ -387,3 +387,32 @@ func TestBundle(t *testing.T) {
 		}
 	}
 }
+
+// TestGrowingMatchesNew: the checkpoint kept as records are appended is the
+// checkpoint made from the whole log, at every size.
+func TestGrowingMatchesNew(t *testing.T) {
+	recs := makeLog(t, "agt_g", "read", "pay", "read", "x", "read", "pay", "read", "read", "read")
+	g := checkpoint.NewGrowing("agt_g")
+	if _, err := g.Checkpoint(); !errors.Is(err, checkpoint.ErrBadLog) {
+		t.Fatalf("empty: %v", err)
+	}
+	for i, r := range recs {
+		if err := g.Append(r); err != nil {
+			t.Fatal(err)
+		}
+		got, err := g.Checkpoint()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := checkpoint.New(recs[:i+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Text() != want.Text() {
+			t.Fatalf("size %d:\n%s\nwant\n%s", i+1, got.Text(), want.Text())
+		}
+	}
+	if err := g.Append(recs[3]); !errors.Is(err, checkpoint.ErrBadLog) {
+		t.Fatalf("a record out of order: %v", err)
+	}
+}

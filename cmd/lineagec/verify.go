@@ -17,7 +17,8 @@ import (
 
 type verifyParams struct {
 	*globalParams
-	format string
+	format             string
+	checkpoint, pubkey string // verify --checkpoint (checkpoint.go)
 }
 
 func newVerifyCmd(g *globalParams) *cobra.Command {
@@ -33,6 +34,10 @@ newline in a file is a write torn by a crash: it is ignored, with a warning.
 
 It prints "ok: N records, head sha256:…", or "damaged at seq N: reason" naming
 the first bad record. --format json prints {ok, records, head, bad_seq, reason}.
+
+With --checkpoint FILE --pubkey FILE (from lineagec checkpoint and key
+generate) an intact log must also be the checkpoint's log or an extension of
+it; otherwise verify prints "diverges at seq N: reason" (see checkpoint --help).
 ` + exitCodesHelp + `
 verify exits 0 when the log is intact, 1 when it is damaged or on errors.`,
 		Args: argsUsage(cobra.ExactArgs(1)),
@@ -41,6 +46,8 @@ verify exits 0 when the log is intact, 1 when it is damaged or on errors.`,
 		},
 	}
 	addFormatFlag(cmd, &p.format, formatText, formatJSON)
+	cmd.Flags().StringVar(&p.checkpoint, "checkpoint", "", "signed checkpoint the log must match or extend (needs --pubkey)")
+	cmd.Flags().StringVar(&p.pubkey, "pubkey", "", "public key that signed the checkpoint")
 	return cmd
 }
 
@@ -56,10 +63,16 @@ func runVerify(p verifyParams, args []string, stdout, stderr io.Writer) error {
 	if err := checkFormat(p.format, formatText, formatJSON); err != nil {
 		return err
 	}
+	if (p.checkpoint == "") != (p.pubkey == "") {
+		return fmt.Errorf("--checkpoint and --pubkey go together")
+	}
 	target := args[0]
 	if c, err := p.remote(); c != nil || err != nil {
 		if err != nil {
 			return err
+		}
+		if p.checkpoint != "" {
+			return fmt.Errorf("--checkpoint checks a local log: export it with `lineagec log %s > %s.jsonl` and verify that file", target, target)
 		}
 		return remoteVerify(context.Background(), c, target, p.format, stdout)
 	}
@@ -104,6 +117,9 @@ func runVerify(p verifyParams, args []string, stdout, stderr io.Writer) error {
 		// whose first append never happened).
 		seq := uint64(len(recs))
 		res.OK, res.BadSeq, res.Reason = false, &seq, "log ends before its policy record"
+	}
+	if res.OK && p.checkpoint != "" {
+		return verifyCheckpoint(p, recs, stdout)
 	}
 	return writeVerifyResult(stdout, p.format, res)
 }

@@ -1,0 +1,63 @@
+// Package checkpointtest forges logs for tests: it rewrites a record the way
+// someone who can write the log's folder would, and re-hashes the chain after
+// it so that the log verifies on its own again. It is what signed checkpoints
+// exist to catch; nothing outside tests imports it.
+package checkpointtest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	"github.com/gowebpki/jcs"
+
+	"github.com/lineage-guard/lineage"
+)
+
+// Rehash takes a log's stored lines, replaces record k's body by edit(body),
+// and recomputes prev and hash of every record from k on (SPEC §1: SHA-256 of
+// the canonical JSON of the record without its hash). It returns the new lines.
+func Rehash(lines [][]byte, k int, edit func(body []byte) []byte) ([][]byte, error) {
+	out := make([][]byte, len(lines))
+	prev := ""
+	for i, line := range lines {
+		var r lineage.Record
+		if err := json.Unmarshal(line, &r); err != nil {
+			return nil, fmt.Errorf("seq %d: %v", i, err)
+		}
+		if i < k {
+			out[i], prev = line, r.Hash
+			continue
+		}
+		if i == k {
+			r.Body = edit(append([]byte(nil), r.Body...))
+		}
+		r.Prev = prev
+		unsigned, err := json.Marshal(struct {
+			Seq  uint64          `json:"seq"`
+			At   lineage.Time    `json:"at"`
+			Kind lineage.Kind    `json:"kind"`
+			Prev string          `json:"prev"`
+			Body json.RawMessage `json:"body"`
+		}{r.Seq, r.At, r.Kind, r.Prev, r.Body})
+		if err != nil {
+			return nil, err
+		}
+		canon, err := jcs.Transform(unsigned)
+		if err != nil {
+			return nil, fmt.Errorf("seq %d: the edited body is not JSON: %v", i, err)
+		}
+		sum := sha256.Sum256(canon)
+		r.Hash = "sha256:" + hex.EncodeToString(sum[:])
+		full, err := json.Marshal(r)
+		if err != nil {
+			return nil, err
+		}
+		if out[i], err = jcs.Transform(full); err != nil {
+			return nil, err
+		}
+		prev = r.Hash
+	}
+	return out, nil
+}

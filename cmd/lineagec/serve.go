@@ -32,6 +32,7 @@ type serveParams struct {
 	tlsCert   string
 	tlsKey    string
 	logFormat string
+	ckptKey   string // --checkpoint-key (serve_checkpoint.go)
 }
 
 func newServeCmd(g *globalParams) *cobra.Command {
@@ -64,6 +65,7 @@ the store and exits 0. Request logs go to stderr (--log-format text|json).
 	f.StringVar(&p.tlsCert, "tls-cert", "", "TLS certificate file (with --tls-key)")
 	f.StringVar(&p.tlsKey, "tls-key", "", "TLS key file (with --tls-cert)")
 	f.StringVar(&p.logFormat, "log-format", "text", "request log format on stderr: text, json")
+	f.StringVar(&p.ckptKey, "checkpoint-key", "", "sign checkpoints with this private key (lineagec key generate): GET /v1/agents/{agent}/checkpoint and /proof/{seq}")
 	return cmd
 }
 
@@ -79,6 +81,10 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		handler = slog.NewJSONHandler(stderr, nil)
 	default:
 		return fmt.Errorf("unknown --log-format %q (want text, json)", p.logFormat)
+	}
+	signer, err := checkpointSigner(p.ckptKey)
+	if err != nil {
+		return err
 	}
 	// The auth file is read before anything is created: a typo there makes nothing.
 	var principals []server.Entry
@@ -129,7 +135,7 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
 	})
 	srv, err := server.New(server.Config{Runtime: rt, Principals: principals, Key: key,
-		Logger: slog.New(handler), SyncStats: st.CommitStats})
+		Logger: slog.New(handler), SyncStats: st.CommitStats, CheckpointSigner: signer})
 	if err != nil {
 		return err
 	}

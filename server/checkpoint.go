@@ -15,13 +15,13 @@ import (
 // one record at GET /v1/agents/{agent}/proof/{seq}, when the server has a
 // checkpoint key (Config.CheckpointSigner, `serve --checkpoint-key`).
 //
-// A checkpoint is signed when it is asked for, from the log as it is then
-// (D151): Ed25519 signatures are deterministic, so that is the note signing
-// at each append would have made, and it sees records appended by every
-// node sharing the store. The server remembers the last checkpoint it signed
-// of each agent and refuses to sign, or to prove against, a log that is not
-// an extension of it (D152): a log rewritten while the server runs is named,
-// not signed.
+// A checkpoint is signed when one is asked for (a checkpoint or a proof) and
+// the log grew since the last one (D151): from the log as the runtime's
+// strict verifier reads it then. Ed25519 signatures are deterministic, so the
+// note is the one signing at each append would have made. The server keeps
+// the last checkpoint it signed of each agent and refuses to sign, or to
+// prove against, a log that is not an extension of it (D152): a log rewritten
+// while the server runs is named, not signed.
 
 // Error codes of the checkpoint routes.
 const (
@@ -39,9 +39,13 @@ type signedLogs struct {
 	m sync.Map // agent id → *signedLog
 }
 
+// signedLog is an agent's last signed checkpoint, its note, and the records it
+// covers, slimmed to what a proof needs (genesis, then seq and hash).
 type signedLog struct {
 	mu   sync.Mutex // held from reading the log to remembering its checkpoint
 	last *checkpoint.Checkpoint
+	note []byte
+	recs []lineage.Record
 }
 
 func (l *signedLogs) of(agent string) *signedLog {
@@ -49,44 +53,40 @@ func (l *signedLogs) of(agent string) *signedLog {
 	return v.(*signedLog)
 }
 
-// checkedRecords reads and verifies an agent's log and checks that it extends
-// the last checkpoint signed of it; call with sl.mu held.
-func (s *Server) checkedRecords(agent string, sl *signedLog) ([]lineage.Record, error) {
+// sign brings sl up to the agent's log; call with sl.mu held. A log as long
+// as the last checkpoint (the runtime's head seq, from memory) keeps it: the
+// store is read and verified only when the log grew (D151). A grown log must
+// extend the last checkpoint (D152).
+func (s *Server) sign(r *http.Request, agent string, sl *signedLog) error {
 	if s.cfg.CheckpointSigner == nil {
-		return nil, newError(http.StatusNotImplemented, CodeNoCheckpointKey,
+		return newError(http.StatusNotImplemented, CodeNoCheckpointKey,
 			"this server signs no checkpoints: start it with lineagec serve --checkpoint-key FILE (a key from lineagec key generate)")
+	}
+	if sl.last != nil {
+		info, err := s.rt.Info(r.Context(), agent)
+		if err != nil {
+			return err
+		}
+		if info.Seq+1 == sl.last.Size {
+			return nil
+		}
 	}
 	recs, err := s.rt.Records(agent)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(recs) < 2 {
-		return nil, newError(http.StatusInternalServerError, CodeCorrupt, fmt.Sprintf("agent %s: the log ends before its policy record", agent))
+		return newError(http.StatusInternalServerError, CodeCorrupt, fmt.Sprintf("agent %s: the log ends before its policy record", agent))
 	}
 	s.touched(agent)
 	if sl.last != nil {
 		if res := checkpoint.Verify(recs, *sl.last, nil); !res.OK {
 			s.log.Error("checkpoint: the log no longer extends the last signed checkpoint", "agent", agent,
 				"checkpoint_size", sl.last.Size, "records", len(recs), "reason", res.Reason)
-			return nil, newError(http.StatusInternalServerError, CodeCheckpointDiverged, fmt.Sprintf(
+			return newError(http.StatusInternalServerError, CodeCheckpointDiverged, fmt.Sprintf(
 				"agent %s: the log of %d records is not an extension of the checkpoint of %d records this server signed (head %s): %s",
 				agent, len(recs), sl.last.Size, sl.last.Head, res.Reason))
 		}
-	}
-	return recs, nil
-}
-
-func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, _ Principal) error {
-	agent := r.PathValue("agent")
-	if len(r.URL.Query()) > 0 {
-		return newError(http.StatusBadRequest, CodeBadRequest, "the checkpoint takes no query parameters")
-	}
-	sl := s.ckpts.of(agent)
-	sl.mu.Lock()
-	defer sl.mu.Unlock()
-	recs, err := s.checkedRecords(agent, sl)
-	if err != nil {
-		return err
 	}
 	c, err := checkpoint.New(recs)
 	if err != nil {
@@ -96,7 +96,28 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, _ Principal)
 	if err != nil {
 		return err
 	}
-	sl.last = &c
+	slim := make([]lineage.Record, len(recs))
+	slim[0] = recs[0]
+	for i := 1; i < len(recs); i++ {
+		slim[i] = lineage.Record{Seq: recs[i].Seq, Hash: recs[i].Hash}
+	}
+	sl.last, sl.note, sl.recs = &c, note, slim
+	return nil
+}
+
+func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	agent := r.PathValue("agent")
+	if len(r.URL.Query()) > 0 {
+		return newError(http.StatusBadRequest, CodeBadRequest, "the checkpoint takes no query parameters")
+	}
+	sl := s.ckpts.of(agent)
+	sl.mu.Lock()
+	err := s.sign(r, agent, sl)
+	note := sl.note
+	sl.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
@@ -126,7 +147,8 @@ func (s *Server) proof(w http.ResponseWriter, r *http.Request, _ Principal) erro
 	}
 	sl := s.ckpts.of(agent)
 	sl.mu.Lock()
-	recs, err := s.checkedRecords(agent, sl)
+	err = s.sign(r, agent, sl)
+	recs := sl.recs // never changed in place: sign makes a new slice
 	sl.mu.Unlock()
 	if err != nil {
 		return err

@@ -25,8 +25,9 @@ import (
 	"github.com/lineage-guard/lineage/server"
 )
 
-// startSigning is a server with a checkpoint key; it returns the public key.
-func startSigning(t *testing.T) (*env, note.Verifier) {
+// checkpointKeys makes a key pair: a config edit that signs with its private
+// key, and its public key.
+func checkpointKeys(t testing.TB) (func(*server.Config), note.Verifier) {
 	t.Helper()
 	skey, vkey, err := checkpoint.GenerateKey("guard")
 	if err != nil {
@@ -40,7 +41,14 @@ func startSigning(t *testing.T) (*env, note.Verifier) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startWith(t, func(c *server.Config) { c.CheckpointSigner = signer }), verifier
+	return func(c *server.Config) { c.CheckpointSigner = signer }, verifier
+}
+
+// startSigning is a server with a checkpoint key; it returns the public key.
+func startSigning(t *testing.T) (*env, note.Verifier) {
+	t.Helper()
+	edit, verifier := checkpointKeys(t)
+	return startWith(t, edit), verifier
 }
 
 // pay sends n allowed requests.
@@ -232,40 +240,58 @@ func TestCheckpointWithoutKey(t *testing.T) {
 
 // TestCheckpointRefusesARewrittenLog: once the server signed a checkpoint of
 // a log, a log rewritten on disk and re-hashed (its chain valid, its length
-// the same, so the store does not notice) is named, not signed (D152).
+// the same, so the store does not notice) is named, not signed (D152). While
+// the log has not grown the server serves the note it signed and reads
+// nothing (D151).
 func TestCheckpointRefusesARewrittenLog(t *testing.T) {
 	e, verifier := startSigning(t)
 	agent, bot := e.agent()
 	pay(t, bot, agent, 3)
-	msg, err := e.admin.Checkpoint(bg, agent)
+	signed, err := e.admin.Checkpoint(bg, agent)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := checkpoint.Open(msg, verifier); err != nil {
+	if _, err := checkpoint.Open(signed, verifier); err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(e.dir, agent+".jsonl")
-	b, err := os.ReadFile(file)
+	forge := func() {
+		t.Helper()
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := bytes.Split(bytes.TrimSuffix(b, []byte{'\n'}), []byte{'\n'})
+		forged, err := checkpointtest.Rehash(lines, 3, func(body []byte) []byte {
+			return bytes.Replace(body, []byte(`"amount":1`), []byte(`"amount":7`), 1)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := append(bytes.Join(forged, []byte{'\n'}), '\n')
+		if len(out) != len(b) || bytes.Equal(out, b) {
+			t.Fatalf("the forgery must change the log and keep its length (%d, was %d)", len(out), len(b))
+		}
+		if err := os.WriteFile(file, out, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := e.admin.Verify(bg, agent); err != nil || !v.OK {
+			t.Fatalf("the forged log should verify as a chain, else the test proves nothing: %+v %v", v, err)
+		}
+	}
+	orig, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := bytes.Split(bytes.TrimSuffix(b, []byte{'\n'}), []byte{'\n'})
-	forged, err := checkpointtest.Rehash(lines, 3, func(body []byte) []byte {
-		return bytes.Replace(body, []byte(`"amount":1`), []byte(`"amount":7`), 1)
-	})
-	if err != nil {
+	forge() // not grown: the note signed before, unread
+	if again, err := e.admin.Checkpoint(bg, agent); err != nil || !bytes.Equal(again, signed) {
+		t.Errorf("an unchanged log's checkpoint: %v\n%s\nwant the note signed before:\n%s", err, again, signed)
+	}
+	if err := os.WriteFile(file, orig, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := append(bytes.Join(forged, []byte{'\n'}), '\n')
-	if len(out) != len(b) || bytes.Equal(out, b) {
-		t.Fatalf("the forgery must change the log and keep its length (%d, was %d)", len(out), len(b))
-	}
-	if err := os.WriteFile(file, out, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := e.admin.Verify(bg, agent); err != nil || !v.OK {
-		t.Fatalf("the forged log should verify as a chain, else the test proves nothing: %+v %v", v, err)
-	}
+	pay(t, bot, agent, 1)
+	forge() // grown and rewritten: refused
 	for _, p := range []string{"/checkpoint", "/proof/0"} {
 		status, body := e.raw("GET", "/v1/agents/"+agent+p, e.tokens["admin"], "")
 		if status != http.StatusInternalServerError || body["code"] != server.CodeCheckpointDiverged {

@@ -61,6 +61,11 @@ func TestServeSignsCheckpoints(t *testing.T) {
 	if err != nil || c.Agent != created.Agent || c.Size != 5 {
 		t.Fatalf("the served note: %+v %v\n%s", c, err, msg)
 	}
+	// The same key over the same log signs the same bytes (Ed25519 is deterministic).
+	code, local := lineagec(t, "checkpoint", filepath.Join(data, created.Agent+".jsonl"), "--key", key, "--note-only")
+	if code != 0 || local != string(msg) {
+		t.Errorf("checkpoint --note-only of the log file: %d\n%s\nwant the served note:\n%s", code, local, msg)
+	}
 	code, out := lineagec(t, "verify", filepath.Join(data, created.Agent+".jsonl"), "--checkpoint", note, "--pubkey", pub)
 	if code != 0 || !strings.HasPrefix(out, "ok: 5 records") {
 		t.Errorf("verify --checkpoint with the server's note: %d %q", code, out)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/transparency-dev/merkle/proof"
@@ -314,4 +315,63 @@ func (e *env) rawType(method, path, token string) (int, string) {
 	}
 	resp.Body.Close()
 	return resp.StatusCode, resp.Header.Get("Content-Type")
+}
+
+// TestCheckpointWhileTheLogGrows: checkpoints asked for while requests are
+// decided all open, and each later one extends each earlier one.
+func TestCheckpointWhileTheLogGrows(t *testing.T) {
+	e, verifier := startSigning(t)
+	agent, bot := e.agent()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 20 {
+			if _, err := bot.Request(bg, agent, lineage.Request{Tool: "pay", Args: map[string]any{"amount": json.Number("1")}}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	notes := make(chan checkpoint.Checkpoint, 64)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				msg, err := e.approver.Checkpoint(bg, agent)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				c, err := checkpoint.Open(msg, verifier)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				select {
+				case notes <- c:
+				default:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(notes)
+	recs := served(t, e.admin, agent)
+	n := 0
+	for c := range notes {
+		if res := checkpoint.Verify(recs, c, nil); !res.OK {
+			t.Errorf("checkpoint of %d records: the final log does not extend it: %s", c.Size, res.Reason)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no checkpoint was served while the log grew")
+	}
 }

@@ -19,7 +19,7 @@ import (
 
 // RequestVerdict returns the current verdict of one of an agent's requests:
 // the recorded one, an approval's once decided, and deny "terminated" for a
-// request that was still pending when the agent was terminated (SPEC §4
+// request that was still pending when the agent was terminated (docs/decision-order.md
 // step 1). lineage.ErrUnknownRequest if the agent never made it.
 func (r *Runtime) RequestVerdict(ctx context.Context, agentID, requestID string) (lineage.Verdict, error) {
 	a, err := r.load(ctx, agentID)

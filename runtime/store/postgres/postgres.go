@@ -1,5 +1,5 @@
 // Package postgres is the store.Store of agents' logs in PostgreSQL (13 or
-// later), which several guard nodes may share (SPEC.md §12).
+// later), which several guard nodes may share (docs/stores.md).
 //
 // It owns the schema (a table of agents and a table of records keyed by
 // (agent, seq), both append-only by trigger), the mapping of PostgreSQL's

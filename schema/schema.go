@@ -1,7 +1,8 @@
 // Package schema holds lineage's published JSON Schemas and nothing else.
 //
 // Each schema is a file "<name>.schema.json" in this directory, embedded into the
-// binary: "policy" (SPEC §2) and "conformance" (SPEC §9). Package source compiles
+// binary: "policy" (SPEC §2), "conformance" (SPEC §9) and "auth" (the
+// principals of the guard service, SPEC §10). Package source compiles
 // and applies them; editors use the files directly.
 package schema
 
@@ -17,6 +18,7 @@ import (
 const (
 	PolicyID      = "https://github.com/lineage-guard/lineage/schema/policy.schema.json"
 	ConformanceID = "https://github.com/lineage-guard/lineage/schema/conformance.schema.json"
+	AuthID        = "https://github.com/lineage-guard/lineage/schema/auth.schema.json"
 )
 
 const suffix = ".schema.json"

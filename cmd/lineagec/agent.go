@@ -7,7 +7,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -75,6 +74,12 @@ func runAgentCreate(ctx context.Context, p agentCreateParams, _ []string, stdout
 	}
 	if p.policy == "" {
 		return fmt.Errorf("agent create needs a policy: --policy FILE")
+	}
+	if c, err := p.remote(); c != nil || err != nil {
+		if err != nil {
+			return err
+		}
+		return remoteAgentCreate(ctx, c, p, stdout, stderr)
 	}
 	// Compile first: an invalid policy creates nothing, not even the directory.
 	r := compileFile(p.policy)
@@ -147,6 +152,12 @@ func runAgentList(ctx context.Context, p agentListParams, _ []string, stdout, st
 	if err := checkFormat(p.format, formatText, formatTable, formatJSON); err != nil {
 		return err
 	}
+	if c, err := p.remote(); c != nil || err != nil {
+		if err != nil {
+			return err
+		}
+		return remoteAgentList(ctx, c, p, stdout, stderr)
+	}
 	s, err := openSession(p.globalParams, readData)
 	if err != nil {
 		return err
@@ -172,20 +183,8 @@ func runAgentList(ctx context.Context, p agentListParams, _ []string, stdout, st
 		}
 		rows = append(rows, row)
 	}
-	if p.format == formatJSON {
-		if err := writeJSONIndent(stdout, rows); err != nil {
-			return err
-		}
-	} else {
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tSTATUS\tREMAINING\tSCAR_SCORE\tRECORDS")
-		for _, r := range rows {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", r.Agent, dash(r.Name), r.Status,
-				intOrDash(r.Remaining), intOrDash(r.ScarScore), r.Records)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+	if err := writeAgentRows(stdout, p.format, rows); err != nil {
+		return err
 	}
 	if damaged > 0 {
 		return &exitError{code: exitFailure, err: fmt.Errorf("%d of %d logs are damaged", damaged, len(ids))}

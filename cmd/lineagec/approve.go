@@ -71,6 +71,12 @@ func runReject(ctx context.Context, p approveParams, args []string, stdout, stde
 
 func decidePending(ctx context.Context, p approveParams, args []string, approve bool, stdout, stderr io.Writer) error {
 	agent := args[0]
+	if c, err := p.remote(); c != nil || err != nil {
+		if err != nil {
+			return err
+		}
+		return remoteDecide(ctx, c, agent, args[1], approve, stdout)
+	}
 	s, err := openSession(p.globalParams, writeData)
 	if err != nil {
 		return err

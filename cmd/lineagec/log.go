@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -51,6 +52,12 @@ func runLog(p logParams, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	agent := args[0]
+	if c, err := p.remote(); c != nil || err != nil {
+		if err != nil {
+			return err
+		}
+		return remoteLog(context.Background(), c, agent, p.format, stdout)
+	}
 	s, err := openSession(p.globalParams, readData)
 	if err != nil {
 		return err

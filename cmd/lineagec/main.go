@@ -66,6 +66,7 @@ type globalParams struct {
 	data        string        // --data; "" means $LINEAGE_DATA, else ./.lineage
 	lockTimeout time.Duration // --lock-timeout: how long to wait for the data directory's lock
 	stderr      io.Writer     // where a wait for the lock is announced
+	srv         remoteParams  // --server (remote.go)
 }
 
 // dataDir resolves the data directory of the agent commands.
@@ -97,6 +98,9 @@ var commands = []func(*globalParams) *cobra.Command{
 	newBenchCmd,
 	newVersionCmd,
 	newStoreCmd,
+	newServeCmd,
+	newTokenCmd,
+	newPendingCmd,
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -114,6 +118,7 @@ conformance suites.` + "\n" + exitCodesHelp,
 		"data directory of the agent logs (default $LINEAGE_DATA, else ./.lineage)")
 	root.PersistentFlags().DurationVar(&g.lockTimeout, "lock-timeout", 10*time.Second,
 		"how long to wait for another process to release the data directory (0: do not wait)")
+	addRemoteFlags(root, g)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {

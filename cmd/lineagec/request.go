@@ -57,6 +57,12 @@ func runRequest(ctx context.Context, p requestParams, args []string, stdout, std
 		}
 		req.Args = a
 	}
+	if c, err := p.remote(); c != nil || err != nil {
+		if err != nil {
+			return err
+		}
+		return remoteRequest(ctx, c, agent, req, stdout)
+	}
 	s, err := openSession(p.globalParams, writeData)
 	if err != nil {
 		return err

@@ -30,6 +30,12 @@ state exits 0, or 1 on errors (unknown agent, damaged log, …).`,
 
 func runState(ctx context.Context, p stateParams, args []string, stdout, stderr io.Writer) error {
 	agent := args[0]
+	if c, err := p.remote(); c != nil || err != nil {
+		if err != nil {
+			return err
+		}
+		return remoteState(ctx, c, agent, stdout)
+	}
 	s, err := openSession(p.globalParams, readData)
 	if err != nil {
 		return err

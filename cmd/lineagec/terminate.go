@@ -41,6 +41,12 @@ terminate exits 0, or 1 on errors (unknown agent, already terminated, …).`,
 
 func runTerminate(ctx context.Context, p terminateParams, args []string, stdout, stderr io.Writer) error {
 	agent := args[0]
+	if c, err := p.remote(); c != nil || err != nil {
+		if err != nil {
+			return err
+		}
+		return remoteTerminate(ctx, c, agent, p.reason, stdout)
+	}
 	s, err := openSession(p.globalParams, writeData)
 	if err != nil {
 		return err

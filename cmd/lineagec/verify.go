@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -56,6 +57,12 @@ func runVerify(p verifyParams, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	target := args[0]
+	if c, err := p.remote(); c != nil || err != nil {
+		if err != nil {
+			return err
+		}
+		return remoteVerify(context.Background(), c, target, p.format, stdout)
+	}
 	var (
 		recs []lineage.Record
 		err  error
@@ -98,19 +105,7 @@ func runVerify(p verifyParams, args []string, stdout, stderr io.Writer) error {
 		seq := uint64(len(recs))
 		res.OK, res.BadSeq, res.Reason = false, &seq, "log ends before its policy record"
 	}
-	if p.format == formatJSON {
-		if err := writeJSONIndent(stdout, res); err != nil {
-			return err
-		}
-	} else if res.OK {
-		fmt.Fprintf(stdout, "ok: %d records, head %s\n", res.Records, res.Head)
-	} else {
-		fmt.Fprintf(stdout, "damaged at seq %d: %s\n", *res.BadSeq, res.Reason)
-	}
-	if !res.OK {
-		return &exitError{code: exitFailure}
-	}
-	return nil
+	return writeVerifyResult(stdout, p.format, res)
 }
 
 // looksLikePath tells a file name from an agent id (which has no path

@@ -1,0 +1,420 @@
+// Package client is the Go client of the guard service's HTTP API (SPEC §10,
+// package server): typed verdicts, states and errors, retries of the calls
+// that are safe to repeat, and the caller's context deadlines. The CLI's
+// --server mode and the MCP proxy speak to the service through it; it never
+// opens a store.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lineage-guard/lineage"
+)
+
+// Client calls one guard service with one token. It is safe for concurrent use.
+type Client struct {
+	base  *url.URL
+	token string
+	hc    *http.Client
+	// Retries is how many times a call that is safe to repeat is tried again
+	// after a network error or a 503 (default 3); backoff doubles from 100 ms.
+	Retries int
+}
+
+// New returns a client of the service at baseURL (http://127.0.0.1:8181)
+// with a bearer token. hc nil means a client of its own.
+func New(baseURL, token string, hc *http.Client) (*Client, error) {
+	u, err := url.Parse(strings.TrimRight(baseURL, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("client: %q is not an http(s) URL of a lineage server", baseURL)
+	}
+	if hc == nil {
+		hc = &http.Client{Transport: &http.Transport{
+			Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
+		}}
+	}
+	return &Client{base: u, token: token, hc: hc, Retries: 3}, nil
+}
+
+// Diagnostic is one problem of an invalid policy, as `lineagec check --format json` prints it.
+type Diagnostic struct {
+	Code    string `json:"code"`
+	Pointer string `json:"pointer"`
+	File    string `json:"file,omitempty"`
+	Line    int    `json:"line,omitempty"`
+	Col     int    `json:"col,omitempty"`
+	Message string `json:"message"`
+}
+
+// Error is an error answer of the service. errors.Is matches it against
+// lineage's sentinels by its code: errors.Is(err, lineage.ErrIDConflict).
+type Error struct {
+	Status  int          `json:"-"`
+	Code    string       `json:"code"`
+	Message string       `json:"message"`
+	Errors  []Diagnostic `json:"errors,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return fmt.Sprintf("%s (HTTP %d)", e.Code, e.Status)
+	}
+	return e.Message
+}
+
+// sentinels maps the service's error codes to lineage's errors.
+var sentinels = map[string]error{
+	"bad_request":     lineage.ErrBadRequest,
+	"invalid_policy":  lineage.ErrInvalidPolicy,
+	"unauthorized":    lineage.ErrUnauthorized,
+	"forbidden":       lineage.ErrForbidden,
+	"unknown_agent":   lineage.ErrUnknownAgent,
+	"unknown_request": lineage.ErrUnknownRequest,
+	"id_conflict":     lineage.ErrIDConflict,
+	"not_pending":     lineage.ErrNotPending,
+	"sealed":          lineage.ErrSealed,
+	"corrupt_log":     lineage.ErrCorrupt,
+	"unavailable":     lineage.ErrUnavailable,
+	"too_large":       lineage.ErrBadRequest,
+}
+
+// Is reports whether target is the sentinel of e's code.
+func (e *Error) Is(target error) bool {
+	s, ok := sentinels[e.Code]
+	return ok && s == target
+}
+
+// call is one HTTP exchange: body (if not nil) as JSON, the answer decoded
+// into out (if not nil) when the status is want. retry says whether the call
+// may be repeated.
+func (c *Client) call(ctx context.Context, method, path string, query url.Values, body, out any, want int, retry bool) error {
+	resp, err := c.do(ctx, method, path, query, body, retry)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != want {
+		return readError(resp)
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	dec := json.NewDecoder(resp.Body)
+	dec.UseNumber()
+	if err := dec.Decode(out); err != nil {
+		return fmt.Errorf("client: %s %s: decoding the answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// do sends a request, trying again (when retry) after network errors and 503s.
+func (c *Client) do(ctx context.Context, method, path string, query url.Values, body any, retry bool) (*http.Response, error) {
+	var payload []byte
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("client: encoding the body: %w", err)
+		}
+		payload = b
+	}
+	u := *c.base
+	unescaped, err := url.PathUnescape(path)
+	if err != nil {
+		return nil, fmt.Errorf("client: bad path %q: %w", path, err)
+	}
+	u.Path = c.base.Path + unescaped
+	u.RawPath = c.base.Path + path
+	if query != nil {
+		u.RawQuery = query.Encode()
+	}
+	backoff := 100 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		var rd io.Reader
+		if payload != nil {
+			rd = bytes.NewReader(payload)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+		if err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
+		if payload != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		req.Header.Set("Accept", "application/json")
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		resp, err := c.hc.Do(req)
+		again := retry && attempt < c.Retries && ctx.Err() == nil &&
+			(err != nil || resp.StatusCode == http.StatusServiceUnavailable)
+		if !again {
+			if err != nil {
+				return nil, fmt.Errorf("client: %s %s: %w", method, path, err)
+			}
+			return resp, nil
+		}
+		if resp != nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("client: %s %s: %w", method, path, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff *= 2
+	}
+}
+
+// seg escapes one path segment (an id may hold any character, '/' included).
+func seg(s string) string { return url.PathEscape(s) }
+
+func readError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	e := &Error{Status: resp.StatusCode}
+	if json.Unmarshal(b, e) != nil || e.Code == "" {
+		e.Code = strings.ToLower(strings.ReplaceAll(http.StatusText(resp.StatusCode), " ", "_"))
+		e.Message = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	return e
+}
+
+// Created is a new agent: its id, its token (shown this once) and its policy digest.
+type Created struct {
+	Agent  string `json:"agent"`
+	Token  string `json:"token"`
+	Digest string `json:"digest"`
+}
+
+// CreateAgent creates an agent under a policy document (JSON). Admin only. Not retried.
+func (c *Client) CreateAgent(ctx context.Context, policy json.RawMessage, name, parent string) (Created, error) {
+	body := map[string]any{"policy": policy}
+	if name != "" {
+		body["name"] = name
+	}
+	if parent != "" {
+		body["parent"] = parent
+	}
+	var out Created
+	err := c.call(ctx, "POST", "/v1/agents", nil, body, &out, http.StatusCreated, false)
+	return out, err
+}
+
+// Agent is one row of Agents.
+type Agent struct {
+	Agent  string `json:"agent"`
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	Digest string `json:"digest"`
+	Seq    uint64 `json:"seq"`
+	Error  string `json:"error,omitempty"`
+}
+
+// Agents lists every agent.
+func (c *Client) Agents(ctx context.Context) ([]Agent, error) {
+	var out struct {
+		Agents []Agent `json:"agents"`
+	}
+	err := c.call(ctx, "GET", "/v1/agents", nil, nil, &out, http.StatusOK, true)
+	return out.Agents, err
+}
+
+// Principal is who a token stands for.
+type Principal struct {
+	Name  string `json:"name"`
+	Role  string `json:"role"`
+	Agent string `json:"agent,omitempty"`
+}
+
+// WhoAmI returns the caller's principal.
+func (c *Client) WhoAmI(ctx context.Context) (Principal, error) {
+	var out Principal
+	err := c.call(ctx, "GET", "/v1/whoami", nil, nil, &out, http.StatusOK, true)
+	return out, err
+}
+
+// State returns an agent's folded state.
+func (c *Client) State(ctx context.Context, agent string) (lineage.State, error) {
+	var out lineage.State
+	err := c.call(ctx, "GET", "/v1/agents/"+seg(agent), nil, nil, &out, http.StatusOK, true)
+	return out, err
+}
+
+// Policy returns an agent's normalized policy and its digest.
+func (c *Client) Policy(ctx context.Context, agent string) (digest string, policy json.RawMessage, err error) {
+	var out struct {
+		Digest string          `json:"digest"`
+		Policy json.RawMessage `json:"policy"`
+	}
+	err = c.call(ctx, "GET", "/v1/agents/"+seg(agent)+"/policy", nil, nil, &out, http.StatusOK, true)
+	return out.Digest, out.Policy, err
+}
+
+// Request asks the guard to decide a request. A request with an id is
+// retried (the id makes a retry safe: SPEC §4 step 1); one without is not.
+// req.At must be zero: the server's clock gives the time.
+func (c *Client) Request(ctx context.Context, agent string, req lineage.Request) (lineage.Verdict, error) {
+	if !req.At.IsZero() {
+		return lineage.Verdict{}, fmt.Errorf("%w: the server's clock gives the time of a request", lineage.ErrBadRequest)
+	}
+	body := map[string]any{"tool": req.Tool}
+	if req.ID != "" {
+		body["id"] = req.ID
+	}
+	if req.Args != nil {
+		body["args"] = req.Args
+	}
+	var out lineage.Verdict
+	err := c.call(ctx, "POST", "/v1/agents/"+seg(agent)+"/requests", nil, body, &out, http.StatusOK, req.ID != "")
+	return out, err
+}
+
+// Verdict returns a request's current verdict; wait > 0 holds a pending one
+// until it is decided or wait (at most 60 s) passes.
+func (c *Client) Verdict(ctx context.Context, agent, id string, wait time.Duration) (lineage.Verdict, error) {
+	var q url.Values
+	if wait > 0 {
+		q = url.Values{"wait": {wait.String()}}
+	}
+	var out lineage.Verdict
+	err := c.call(ctx, "GET", "/v1/agents/"+seg(agent)+"/requests/"+seg(id), q, nil, &out, http.StatusOK, true)
+	return out, err
+}
+
+// Approve approves a pending request as the caller. Not retried: a repeat is not_pending.
+func (c *Client) Approve(ctx context.Context, agent, id string) (lineage.Verdict, error) {
+	var out lineage.Verdict
+	err := c.call(ctx, "POST", "/v1/agents/"+seg(agent)+"/requests/"+seg(id)+"/approve", nil, nil, &out, http.StatusOK, false)
+	return out, err
+}
+
+// Reject rejects a pending request as the caller. Not retried.
+func (c *Client) Reject(ctx context.Context, agent, id string) (lineage.Verdict, error) {
+	var out lineage.Verdict
+	err := c.call(ctx, "POST", "/v1/agents/"+seg(agent)+"/requests/"+seg(id)+"/reject", nil, nil, &out, http.StatusOK, false)
+	return out, err
+}
+
+// Terminate pulls the kill switch as the caller; reason is free text. Not retried.
+func (c *Client) Terminate(ctx context.Context, agent, reason string) (lineage.State, error) {
+	var body any
+	if reason != "" {
+		body = map[string]string{"reason": reason}
+	}
+	var out lineage.State
+	err := c.call(ctx, "POST", "/v1/agents/"+seg(agent)+"/terminate", nil, body, &out, http.StatusOK, false)
+	return out, err
+}
+
+// Log returns the records of an agent's log from seq from on, byte for byte
+// as stored: one JSON line each.
+func (c *Client) Log(ctx context.Context, agent string, from uint64) ([]byte, error) {
+	var q url.Values
+	if from > 0 {
+		q = url.Values{"from": {strconv.FormatUint(from, 10)}}
+	}
+	resp, err := c.do(ctx, "GET", "/v1/agents/"+seg(agent)+"/log", q, nil, true)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, readError(resp)
+	}
+	return io.ReadAll(resp.Body)
+}
+
+// VerifyResult is the outcome of verifying a log.
+type VerifyResult struct {
+	OK      bool    `json:"ok"`
+	Records int     `json:"records"`
+	Head    string  `json:"head"`
+	Seq     *uint64 `json:"seq"`
+	Message string  `json:"message"`
+}
+
+// Verify recomputes an agent's chain on the server.
+func (c *Client) Verify(ctx context.Context, agent string) (VerifyResult, error) {
+	var out VerifyResult
+	err := c.call(ctx, "GET", "/v1/agents/"+seg(agent)+"/verify", nil, nil, &out, http.StatusOK, true)
+	return out, err
+}
+
+// Pending is a request awaiting a decision.
+type Pending struct {
+	Agent     string         `json:"agent"`
+	Name      string         `json:"name"`
+	RequestID string         `json:"request_id"`
+	Tool      string         `json:"tool"`
+	Args      map[string]any `json:"args"`
+	At        lineage.Time   `json:"at"`
+	Cost      int64          `json:"cost"`
+}
+
+// Pending lists every pending request.
+func (c *Client) Pending(ctx context.Context) ([]Pending, error) {
+	var out struct {
+		Pending []Pending `json:"pending"`
+	}
+	err := c.call(ctx, "GET", "/v1/pending", nil, nil, &out, http.StatusOK, true)
+	return out.Pending, err
+}
+
+// Health returns nil when the server's store is usable.
+func (c *Client) Health(ctx context.Context) error {
+	return c.call(ctx, "GET", "/health", nil, nil, nil, http.StatusOK, false)
+}
+
+// Event is one server-sent event: Type is pending, decided or terminated.
+type Event struct {
+	Type string
+	Data json.RawMessage
+}
+
+// Events streams the server's events to fn until ctx ends, the server ends
+// the stream, or fn returns an error (which Events returns).
+func (c *Client) Events(ctx context.Context, fn func(Event) error) error {
+	resp, err := c.do(ctx, "GET", "/v1/events", nil, nil, false)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return readError(resp)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 2<<20)
+	var ev Event
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if ev.Type != "" {
+				if err := fn(ev); err != nil {
+					return err
+				}
+			}
+			ev = Event{}
+		case strings.HasPrefix(line, "event: "):
+			ev.Type = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			ev.Data = append(ev.Data, strings.TrimPrefix(line, "data: ")...)
+		}
+	}
+	if err := sc.Err(); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,166 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/client"
+	"github.com/lineage-guard/lineage/compiler"
+	"github.com/lineage-guard/lineage/policy"
+	"github.com/lineage-guard/lineage/runtime"
+	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/server"
+)
+
+var bg = context.Background()
+
+// serve starts a real server over a memory store on a loopback port and
+// returns its URL, an admin token and the runtime (to read the log).
+func serve(t *testing.T, wrap func(http.Handler) http.Handler) (string, string, *runtime.Runtime) {
+	t.Helper()
+	rt := runtime.Open(store.NewMemory(), runtime.Options{
+		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
+	})
+	tok := server.NewToken()
+	srv, err := server.New(server.Config{Runtime: rt, Key: server.NewKey(),
+		Principals: []server.Entry{{Name: "ops", Role: server.RoleAdmin, TokenSHA256: server.TokenSHA256(tok)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := srv.HTTPServer("")
+	if wrap != nil {
+		hs.Handler = wrap(srv)
+	}
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	return "http://" + ln.Addr().String(), tok, rt
+}
+
+const pol = `{"budget": 10, "tools": {"t": {"cost": 1}, "w": {"cost": 1, "requires_approval": true}}}`
+
+func TestErrorsAcrossTheWire(t *testing.T) {
+	u, tok, _ := serve(t, nil)
+	admin, _ := client.New(u, tok, nil)
+	_, err := admin.CreateAgent(bg, json.RawMessage(`{"budget": 1, "tools": {}, "scar_limt": 2}`), "", "")
+	var ce *client.Error
+	if !errors.Is(err, lineage.ErrInvalidPolicy) || !errors.As(err, &ce) || len(ce.Errors) != 1 || ce.Errors[0].Pointer != "/scar_limt" || ce.Status != 400 {
+		t.Errorf("invalid policy: %#v", err)
+	}
+	c, err := admin.CreateAgent(bg, json.RawMessage(pol), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Request(bg, c.Agent, lineage.Request{Tool: "bad tool"}); !errors.Is(err, lineage.ErrBadRequest) {
+		t.Errorf("bad tool: %v", err)
+	}
+	if _, err := admin.Request(bg, c.Agent, lineage.Request{Tool: "t", At: time.Now()}); !errors.Is(err, lineage.ErrBadRequest) {
+		t.Errorf("a time: %v", err)
+	}
+	if _, err := admin.Reject(bg, c.Agent, "nope"); !errors.Is(err, lineage.ErrNotPending) {
+		t.Errorf("reject unknown: %v", err)
+	}
+	nobody, _ := client.New(u, "", nil)
+	if _, err := nobody.WhoAmI(bg); !errors.Is(err, lineage.ErrUnauthorized) {
+		t.Errorf("no token: %v", err)
+	}
+	bot, _ := client.New(u, c.Token, nil)
+	if _, err := bot.Pending(bg); !errors.Is(err, lineage.ErrForbidden) || errors.Is(err, lineage.ErrUnauthorized) {
+		t.Errorf("agent lists pending: %v", err)
+	}
+	// Ids with any character travel escaped.
+	v, err := bot.Request(bg, c.Agent, lineage.Request{ID: "a/b ?#%", Tool: "w"})
+	if err != nil || v.RequestID != "a/b ?#%" {
+		t.Fatalf("odd id: %+v %v", v, err)
+	}
+	if got, err := bot.Verdict(bg, c.Agent, "a/b ?#%", 0); err != nil || got != v {
+		t.Errorf("verdict of an odd id: %+v %v", got, err)
+	}
+	if got, err := admin.Approve(bg, c.Agent, "a/b ?#%"); err != nil || got.Decision != lineage.Allow {
+		t.Errorf("approve an odd id: %+v %v", got, err)
+	}
+	if _, err := client.New("ftp://x", "", nil); err == nil {
+		t.Error("an ftp URL was accepted")
+	}
+}
+
+func TestRetries(t *testing.T) {
+	var calls atomic.Int32
+	var failing atomic.Int32
+	u, tok, rt := serve(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if failing.Load() > 0 {
+				failing.Add(-1)
+				calls.Add(1)
+				w.WriteHeader(http.StatusServiceUnavailable)
+				w.Write([]byte(`{"code":"unavailable","message":"try again"}`))
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	admin, _ := client.New(u, tok, nil)
+	c, err := admin.CreateAgent(bg, json.RawMessage(pol), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A request with an id is retried, and recorded once.
+	failing.Store(2)
+	v, err := admin.Request(bg, c.Agent, lineage.Request{ID: "r1", Tool: "t"})
+	if err != nil || v.Decision != lineage.Allow || calls.Load() != 2 {
+		t.Fatalf("retried request: %+v %v after %d failures", v, err, calls.Load())
+	}
+	// Without an id a repeat would be a second request: not retried.
+	calls.Store(0)
+	failing.Store(1)
+	if _, err := admin.Request(bg, c.Agent, lineage.Request{Tool: "t"}); !errors.Is(err, lineage.ErrUnavailable) || calls.Load() != 1 {
+		t.Errorf("request without id: %v after %d calls", err, calls.Load())
+	}
+	failing.Store(0)
+	recs, err := rt.Records(c.Agent)
+	if err != nil || len(recs) != 3 {
+		t.Errorf("the log has %d records (%v), want genesis, policy and one action", len(recs), err)
+	}
+	// Reads are retried; more failures than retries surface as unavailable.
+	failing.Store(10)
+	admin.Retries = 2
+	if _, err := admin.State(bg, c.Agent); !errors.Is(err, lineage.ErrUnavailable) {
+		t.Errorf("state after the retries: %v", err)
+	}
+	if left := failing.Load(); left != 7 {
+		t.Errorf("state made %d attempts, want 3", 10-left)
+	}
+}
+
+func TestContextDeadline(t *testing.T) {
+	u, tok, _ := serve(t, nil)
+	admin, _ := client.New(u, tok, nil)
+	c, err := admin.CreateAgent(bg, json.RawMessage(pol), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Request(bg, c.Agent, lineage.Request{ID: "w", Tool: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = admin.Verdict(ctx, c.Agent, "w", 30*time.Second)
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 10*time.Second {
+		t.Errorf("a held verdict past the deadline: %v after %v", err, time.Since(start))
+	}
+	// The server is still fine afterwards, and the request still pending.
+	if v, err := admin.Verdict(bg, c.Agent, "w", 0); err != nil || v.Decision != lineage.Pending {
+		t.Errorf("%+v %v", v, err)
+	}
+}

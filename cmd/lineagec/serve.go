@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lineage-guard/lineage/compiler"
+	"github.com/lineage-guard/lineage/policy"
+	"github.com/lineage-guard/lineage/runtime"
+	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/server"
+)
+
+type serveParams struct {
+	*globalParams
+	addr      string
+	auth      string
+	serverKey string
+	tlsCert   string
+	tlsKey    string
+	logFormat string
+}
+
+func newServeCmd(g *globalParams) *cobra.Command {
+	p := serveParams{globalParams: g}
+	cmd := &cobra.Command{
+		Use:   "serve [--addr 127.0.0.1:8181] [--auth FILE] [--tls-cert FILE --tls-key FILE]",
+		Short: "Serve the guard over HTTP (agents, approvers, operators)",
+		Long: `Serve owns the data directory (--data) and serves the HTTP API of the guard
+service (docs/service.md; GET /v1/openapi.json describes it): agents decide their
+requests, approvers list and approve pending ones, operators read logs.
+
+Admins and approvers come from --auth FILE (JSON or YAML, schema/auth.schema.json;
+` + "`lineagec token`" + ` makes a token and its line). Without --auth one admin token is
+kept in <data>/admin.token (mode 0600); its path, never the token, is printed on
+stderr. Agent tokens are returned once, when an agent is created: they are an HMAC
+of the agent id under the server key, <data>/server.key (or --server-key FILE).
+
+On SIGTERM or SIGINT it stops accepting, finishes the requests in flight, closes
+the store and exits 0. Request logs go to stderr (--log-format text|json).
+` + exitCodesHelp,
+		Args: argsUsage(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runServe(cmd.Context(), p, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&p.addr, "addr", "127.0.0.1:8181", "address to listen on")
+	f.StringVar(&p.auth, "auth", "", "admins and approvers: a JSON or YAML file (schema/auth.schema.json)")
+	f.StringVar(&p.serverKey, "server-key", "", "the key of agent tokens (default <data>/server.key, made if missing)")
+	f.StringVar(&p.tlsCert, "tls-cert", "", "TLS certificate file (with --tls-key)")
+	f.StringVar(&p.tlsKey, "tls-key", "", "TLS key file (with --tls-cert)")
+	f.StringVar(&p.logFormat, "log-format", "text", "request log format on stderr: text, json")
+	return cmd
+}
+
+func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
+	if (p.tlsCert == "") != (p.tlsKey == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	var handler slog.Handler
+	switch p.logFormat {
+	case "text":
+		handler = slog.NewTextHandler(stderr, nil)
+	case "json":
+		handler = slog.NewJSONHandler(stderr, nil)
+	default:
+		return fmt.Errorf("unknown --log-format %q (want text, json)", p.logFormat)
+	}
+	// The auth file is read before anything is created: a typo there makes nothing.
+	var principals []server.Entry
+	if p.auth != "" {
+		entries, err := server.LoadAuth(p.auth)
+		if err != nil {
+			return fmt.Errorf("--auth %s:\n%w", p.auth, err)
+		}
+		principals = entries
+	}
+	dir := p.dataDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating the data directory: %w", err)
+	}
+	keyFile := p.serverKey
+	if keyFile == "" {
+		keyFile = filepath.Join(dir, "server.key")
+	}
+	key, _, err := server.LoadOrCreateSecret(keyFile, server.NewKey)
+	if err != nil {
+		return fmt.Errorf("server key: %w", err)
+	}
+	if p.auth == "" {
+		tokenFile := filepath.Join(dir, "admin.token")
+		tok, _, err := server.LoadOrCreateSecret(tokenFile, func() []byte { return []byte(server.NewToken() + "\n") })
+		if err != nil {
+			return fmt.Errorf("admin token: %w", err)
+		}
+		principals = []server.Entry{{Name: "admin", Role: server.RoleAdmin,
+			TokenSHA256: server.TokenSHA256(strings.TrimSpace(string(tok)))}}
+		abs, _ := filepath.Abs(tokenFile)
+		fmt.Fprintf(stderr, "lineagec: no --auth: the admin token is in %s\n", abs)
+	}
+	st, err := store.OpenFile(dir, store.FileOptions{})
+	if err != nil {
+		return err
+	}
+	closed := false
+	closeStore := func() error {
+		if closed {
+			return nil
+		}
+		closed = true
+		return st.Close()
+	}
+	defer closeStore()
+	rt := runtime.Open(st, runtime.Options{
+		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
+	})
+	srv, err := server.New(server.Config{Runtime: rt, Principals: principals, Key: key,
+		Logger: slog.New(handler), SyncStats: st.CommitStats})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return err
+	}
+	hs := srv.HTTPServer(p.addr)
+	scheme := "http"
+	if p.tlsCert != "" {
+		scheme = "https"
+	}
+	fmt.Fprintf(stderr, "lineagec: serving %s on %s://%s\n", dir, scheme, ln.Addr())
+
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	served := make(chan error, 1)
+	go func() {
+		if p.tlsCert != "" {
+			served <- hs.ServeTLS(ln, p.tlsCert, p.tlsKey)
+		} else {
+			served <- hs.Serve(ln)
+		}
+	}()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	fmt.Fprintln(stderr, "lineagec: shutting down: finishing the requests in flight")
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutting down: %w", err)
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving: %w", err)
+	}
+	if err := closeStore(); err != nil {
+		return fmt.Errorf("closing the store: %w", err)
+	}
+	fmt.Fprintln(stderr, "lineagec: stopped; the store is closed")
+	return nil
+}

@@ -1,0 +1,92 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/runtime/store"
+)
+
+// metrics are the service's Prometheus metrics (SPEC §10), in a registry of
+// its own so that two servers in one process (tests) do not collide.
+type metrics struct {
+	reg       *prometheus.Registry
+	decisions *prometheus.CounterVec
+	duration  prometheus.Histogram
+	http      *prometheus.CounterVec
+	httpTime  *prometheus.HistogramVec
+	// loaded holds the agents this server has opened: the runtime keeps each
+	// in memory once opened.
+	loaded sync.Map
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lineage_decisions_total", Help: "Verdicts answered to requests (retries included), approvals and rejections, by decision and reason.",
+	}, []string{"decision", "reason"})
+	m.duration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "lineage_decision_duration_seconds", Help: "Time to decide and durably record a request, approval or rejection.",
+		Buckets: prometheus.ExponentialBuckets(25e-6, 2, 16),
+	})
+	m.http = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lineage_http_requests_total", Help: "HTTP requests by route and status code.",
+	}, []string{"route", "code"})
+	m.httpTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "lineage_http_request_duration_seconds", Help: "HTTP request durations by route.",
+		Buckets: prometheus.ExponentialBuckets(25e-6, 2, 18),
+	}, []string{"route"})
+	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "lineage_pending_requests", Help: "Requests awaiting a decision, over the agents loaded.",
+	}, func() float64 {
+		n := 0
+		m.loaded.Range(func(k, _ any) bool {
+			c, err := s.rt.PendingCount(context.Background(), k.(string))
+			if err == nil {
+				n += c
+			}
+			return true
+		})
+		return float64(n)
+	})
+	loaded := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "lineage_agents_loaded", Help: "Agents whose state is in memory.",
+	}, func() float64 {
+		n := 0
+		m.loaded.Range(func(_, _ any) bool { n++; return true })
+		return float64(n)
+	})
+	m.reg.MustRegister(m.decisions, m.duration, m.http, m.httpTime, pending, loaded,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if s.cfg.SyncStats != nil {
+		m.reg.MustRegister(&syncCollector{stats: s.cfg.SyncStats, desc: prometheus.NewDesc(
+			"lineage_store_sync_duration_seconds", "Duration of one store sync (group commit): p50 and p99 since the store opened.", nil, nil)})
+	}
+	return m
+}
+
+// decided counts a verdict and how long it took.
+func (m *metrics) decided(v lineage.Verdict, took time.Duration) {
+	m.decisions.WithLabelValues(string(v.Decision), v.Reason).Inc()
+	m.duration.Observe(took.Seconds())
+}
+
+// syncCollector reports the file store's commit statistics as a summary.
+type syncCollector struct {
+	stats func() store.CommitStats
+	desc  *prometheus.Desc
+}
+
+func (c *syncCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *syncCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.stats()
+	ch <- prometheus.MustNewConstSummary(c.desc, uint64(st.Syncs), 0, map[float64]float64{
+		0.5: st.SyncP50.Seconds(), 0.99: st.SyncP99.Seconds(), 1: st.SyncMax.Seconds(),
+	})
+}

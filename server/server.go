@@ -1,0 +1,703 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/compiler"
+	"github.com/lineage-guard/lineage/internal/diag"
+	"github.com/lineage-guard/lineage/runtime"
+	"github.com/lineage-guard/lineage/runtime/store"
+)
+
+// Config is what a Server stands on.
+type Config struct {
+	// Runtime decides and records; the server never writes a record itself.
+	Runtime *runtime.Runtime
+	// Principals are the admins and approvers (an auth file, or the one
+	// default admin).
+	Principals []Entry
+	// Key is the server key (the contents of its file: hex) under which agent
+	// tokens are MACed. Every node sharing a store needs the same key.
+	Key []byte
+	// Logger gets one line per HTTP request; nil discards them.
+	Logger *slog.Logger
+	// SyncStats, if set, feeds lineage_store_sync_duration_seconds.
+	SyncStats func() store.CommitStats
+}
+
+// MaxWait is the longest ?wait= on a request.
+const MaxWait = 60 * time.Second
+
+// writeTimeout bounds writing a response (not a stream): a held request
+// (MaxWait) and then some.
+const writeTimeout = MaxWait + 30*time.Second
+
+// Server is the HTTP API of SPEC §10 over a runtime.
+type Server struct {
+	cfg   Config
+	rt    *runtime.Runtime
+	auth  *authority
+	log   *slog.Logger
+	hub   *hub
+	met   *metrics
+	mux   *http.ServeMux
+	names sync.Map // agent id → genesis name (never changes)
+}
+
+// New builds a server. Close it to end its event streams and waits.
+func New(cfg Config) (*Server, error) {
+	if cfg.Runtime == nil {
+		return nil, errors.New("server: no runtime")
+	}
+	auth, err := newAuthority(cfg.Principals, cfg.Key)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, rt: cfg.Runtime, auth: auth, log: log, hub: newHub(), mux: http.NewServeMux()}
+	s.met = newMetrics(s)
+	for _, rt := range s.routes() {
+		s.mux.Handle(rt.pattern(), s.wrap(rt))
+	}
+	return s, nil
+}
+
+// Close ends the event streams and the held requests (they answer at once
+// with the verdict as it is); in-flight decisions are not affected.
+func (s *Server) Close() { s.hub.close() }
+
+// access says who may call a route.
+type access int
+
+const (
+	public      access = iota // no token needed
+	anyone                    // any valid token
+	adminOnly                 // admin
+	staff                     // admin, approver
+	staffOrSelf               // admin, approver, the agent named in the path
+	adminOrSelf               // admin, the agent named in the path
+)
+
+type route struct {
+	method, path string
+	who          access
+	h            func(w http.ResponseWriter, r *http.Request, p Principal) error
+}
+
+func (rt route) pattern() string { return rt.method + " " + rt.path }
+
+// routes is the API: the mux and the OpenAPI test both read it.
+func (s *Server) routes() []route {
+	return []route{
+		{"POST", "/v1/agents", adminOnly, s.createAgent},
+		{"GET", "/v1/agents", staff, s.listAgents},
+		{"GET", "/v1/whoami", anyone, s.whoami},
+		{"GET", "/v1/agents/{agent}", staffOrSelf, s.state},
+		{"GET", "/v1/agents/{agent}/policy", staffOrSelf, s.policy},
+		{"POST", "/v1/agents/{agent}/requests", adminOrSelf, s.request},
+		{"GET", "/v1/agents/{agent}/requests/{id}", staffOrSelf, s.getRequest},
+		{"POST", "/v1/agents/{agent}/requests/{id}/approve", staff, s.approve},
+		{"POST", "/v1/agents/{agent}/requests/{id}/reject", staff, s.reject},
+		{"POST", "/v1/agents/{agent}/terminate", staff, s.terminate},
+		{"GET", "/v1/agents/{agent}/log", staff, s.logLines},
+		{"GET", "/v1/agents/{agent}/verify", staff, s.verify},
+		{"GET", "/v1/pending", staff, s.pending},
+		{"GET", "/v1/events", staff, func(w http.ResponseWriter, r *http.Request, _ Principal) error {
+			s.handleEvents(w, r)
+			return nil
+		}},
+		{"GET", "/health", public, s.health},
+		{"GET", "/metrics", public, func(w http.ResponseWriter, r *http.Request, _ Principal) error {
+			promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+			return nil
+		}},
+		{"GET", "/v1/openapi.json", public, func(w http.ResponseWriter, r *http.Request, _ Principal) error {
+			w.Header().Set("Content-Type", "application/json")
+			_, err := w.Write(openAPI)
+			return err
+		}},
+	}
+}
+
+// ServeHTTP refuses paths that are not clean before routing, and answers
+// unknown routes with the API's error body.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.Path
+	if p == "" || p[0] != '/' || path.Clean(p) != p {
+		s.log.Info("request", "method", r.Method, "path", p, "status", http.StatusBadRequest)
+		writeError(w, newError(http.StatusBadRequest, CodeBadRequest, "the path is not clean (no '..', '.' or '//' segments, encoded or not)"))
+		return
+	}
+	h, pattern := s.mux.Handler(r)
+	if pattern == "" {
+		rec := &statusRecorder{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		e := newError(http.StatusNotFound, CodeNotFound, fmt.Sprintf("no route %s %s", r.Method, p))
+		if rec.status == http.StatusMethodNotAllowed {
+			e = newError(http.StatusMethodNotAllowed, CodeMethod, fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, p, rec.header.Get("Allow")))
+			w.Header().Set("Allow", rec.header.Get("Allow"))
+		}
+		s.log.Info("request", "method", r.Method, "path", p, "status", e.status)
+		writeError(w, e)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// statusRecorder catches the status the mux gives an unknown route.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *statusRecorder) Header() http.Header         { return r.header }
+func (r *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (r *statusRecorder) WriteHeader(code int)        { r.status = code }
+
+// statusWriter remembers the status a handler sent.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// agentIDPattern is what a store accepts as an agent id.
+var agentIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$`)
+
+// wrap is the middleware of every route: authentication, authorization,
+// the request log and the HTTP metrics; then the handler's error as a body.
+func (s *Server) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		p, err := s.authorize(r, rt.who)
+		if err == nil {
+			if rt.path != "/v1/events" {
+				_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(writeTimeout))
+			}
+			err = rt.h(sw, r, p)
+		}
+		if err != nil {
+			e := errorOf(err)
+			if sw.status == 0 {
+				writeError(sw, e)
+			}
+			if e.status >= 500 {
+				s.log.Error("request failed", "method", r.Method, "route", rt.path, "error", err.Error())
+			}
+		}
+		took := time.Since(start)
+		s.met.http.WithLabelValues(rt.path, strconv.Itoa(sw.status)).Inc()
+		s.met.httpTime.WithLabelValues(rt.path).Observe(took.Seconds())
+		attrs := []any{"method", r.Method, "route", rt.path, "path", r.URL.Path, "status", sw.status, "duration", took}
+		if p.Name != "" {
+			attrs = append(attrs, "principal", p.Name, "role", string(p.Role))
+		}
+		s.log.Info("request", attrs...)
+	})
+}
+
+// authorize finds the caller's principal and checks it may call the route.
+func (s *Server) authorize(r *http.Request, who access) (Principal, error) {
+	if who == public {
+		return Principal{}, nil
+	}
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return Principal{}, newError(http.StatusUnauthorized, CodeUnauthorized, "this call needs Authorization: Bearer <token>")
+	}
+	p, ok := s.auth.principal(strings.TrimSpace(token))
+	if !ok {
+		return Principal{}, newError(http.StatusUnauthorized, CodeUnauthorized, "the token is not known to this server")
+	}
+	agent := r.PathValue("agent")
+	if agent != "" && !agentIDPattern.MatchString(agent) {
+		return p, newError(http.StatusNotFound, CodeUnknownAgent, fmt.Sprintf("%q is not an agent id", agent))
+	}
+	allowed := false
+	switch who {
+	case anyone:
+		allowed = true
+	case adminOnly:
+		allowed = p.Role == RoleAdmin
+	case staff:
+		allowed = p.Role == RoleAdmin || p.Role == RoleApprover
+	case staffOrSelf:
+		allowed = p.Role == RoleAdmin || p.Role == RoleApprover || (p.Role == RoleAgent && p.Agent == agent)
+	case adminOrSelf:
+		allowed = p.Role == RoleAdmin || (p.Role == RoleAgent && p.Agent == agent)
+	}
+	if !allowed {
+		return p, newError(http.StatusForbidden, CodeForbidden, fmt.Sprintf("%s %q may not call %s %s", p.Role, p.Name, r.Method, r.URL.Path))
+	}
+	return p, nil
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	if e.status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="lineage"`)
+	}
+	writeJSON(w, e.status, e)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// touched notes an agent this server has opened (lineage_agents_loaded).
+func (s *Server) touched(agent string) { s.met.loaded.Store(agent, struct{}{}) }
+
+type createBody struct {
+	Policy json.RawMessage `json:"policy"`
+	Name   string          `json:"name"`
+	Parent string          `json:"parent"`
+}
+
+func (s *Server) createAgent(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	var b createBody
+	if err := decodeBody(w, r, &b); err != nil {
+		return badRequest(err)
+	}
+	if len(b.Policy) == 0 || bytes.Equal(b.Policy, []byte("null")) {
+		return newError(http.StatusBadRequest, CodeBadRequest, "/policy: a policy document is required")
+	}
+	if b.Policy[0] != '{' {
+		return newError(http.StatusBadRequest, CodeBadRequest, "/policy: expected an object")
+	}
+	if d := regoPaths(b.Policy); len(d) > 0 {
+		return &Error{status: http.StatusBadRequest, Code: CodeInvalidPolicy, Message: "the policy is invalid", Errors: d}
+	}
+	c, err := compiler.Compile("", b.Policy)
+	if err != nil {
+		var list diag.List
+		if errors.As(err, &list) {
+			return &Error{status: http.StatusBadRequest, Code: CodeInvalidPolicy, Message: "the policy is invalid", Errors: list}
+		}
+		return &Error{status: http.StatusBadRequest, Code: CodeInvalidPolicy, Message: err.Error()}
+	}
+	opts := runtime.CreateOptions{Name: b.Name}
+	if b.Parent != "" {
+		if !agentIDPattern.MatchString(b.Parent) {
+			return newError(http.StatusNotFound, CodeUnknownAgent, fmt.Sprintf("parent %q is not an agent id", b.Parent))
+		}
+		opts.Parent = &lineage.Parent{Agent: b.Parent}
+	}
+	id, err := s.rt.CreateAgent(r.Context(), c, opts)
+	if err != nil {
+		return err
+	}
+	s.touched(id)
+	s.names.Store(id, b.Name)
+	return writeJSON(w, http.StatusCreated, map[string]string{"agent": id, "token": s.auth.agentToken(id), "digest": c.Digest})
+}
+
+// regoPaths refuses extension modules given by path: over the network a
+// policy inlines its Rego as source, so that a caller can never make the
+// server read its own files (D74).
+func regoPaths(doc []byte) diag.List {
+	var p struct {
+		Rego []map[string]json.RawMessage `json:"rego"`
+	}
+	if json.Unmarshal(doc, &p) != nil {
+		return nil // the compiler reports what is wrong
+	}
+	var out diag.List
+	for i, m := range p.Rego {
+		if _, ok := m["path"]; ok {
+			out = append(out, diag.Diagnostic{Code: diag.CodeSchema, Pointer: fmt.Sprintf("/rego/%d/path", i),
+				Message: "a policy sent to the service must inline its Rego extensions as {source}; a path would be read from the server's disk"})
+		}
+	}
+	return out
+}
+
+type agentRow struct {
+	Agent  string `json:"agent"`
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	Digest string `json:"digest"`
+	Seq    uint64 `json:"seq"`
+	Error  string `json:"error,omitempty"`
+}
+
+func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	ids, err := s.rt.Agents()
+	if err != nil {
+		return err
+	}
+	rows := make([]agentRow, 0, len(ids))
+	for _, id := range ids {
+		info, err := s.rt.Info(r.Context(), id)
+		if err != nil {
+			if r.Context().Err() != nil {
+				return err
+			}
+			rows = append(rows, agentRow{Agent: id, Status: "damaged", Error: err.Error()})
+			continue
+		}
+		s.touched(id)
+		s.names.Store(id, info.Name)
+		rows = append(rows, agentRow{Agent: id, Name: info.Name, Status: string(info.Status), Digest: info.Digest, Seq: info.Seq})
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"agents": rows})
+}
+
+func (s *Server) whoami(w http.ResponseWriter, _ *http.Request, p Principal) error {
+	return writeJSON(w, http.StatusOK, p)
+}
+
+func (s *Server) state(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	agent := r.PathValue("agent")
+	st, err := s.rt.State(r.Context(), agent)
+	if err != nil {
+		return err
+	}
+	s.touched(agent)
+	return writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) policy(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	agent := r.PathValue("agent")
+	info, err := s.rt.Info(r.Context(), agent)
+	if err != nil {
+		return err
+	}
+	s.touched(agent)
+	return writeJSON(w, http.StatusOK, map[string]any{"digest": info.Digest, "policy": info.Policy})
+}
+
+// requestBody is a request as an agent sends it; At is only there to be refused.
+type requestBody struct {
+	ID   string          `json:"id"`
+	Tool string          `json:"tool"`
+	Args map[string]any  `json:"args"`
+	At   json.RawMessage `json:"at"`
+}
+
+func (s *Server) request(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	agent := r.PathValue("agent")
+	var b requestBody
+	if err := decodeBody(w, r, &b); err != nil {
+		return badRequest(err)
+	}
+	if b.At != nil {
+		return newError(http.StatusBadRequest, CodeBadRequest, "/at: the server's clock gives the time of a request; leave at out")
+	}
+	start := time.Now()
+	v, err := s.rt.Request(r.Context(), agent, lineage.Request{ID: b.ID, Tool: b.Tool, Args: b.Args})
+	if err != nil {
+		return err
+	}
+	s.met.decided(v, time.Since(start))
+	s.touched(agent)
+	if v.Decision == lineage.Pending && v.Seq > 0 {
+		s.hub.publish(event{"pending", map[string]any{"agent": agent, "name": s.name(r.Context(), agent),
+			"request_id": v.RequestID, "tool": b.Tool, "args": argsOrEmpty(b.Args), "verdict": v}})
+	}
+	s.announceTermination(agent, v.Terminated, "")
+	return writeJSON(w, http.StatusOK, v)
+}
+
+func argsOrEmpty(a map[string]any) map[string]any {
+	if a == nil {
+		return map[string]any{}
+	}
+	return a
+}
+
+// announceTermination tells the streams and the waiters that an agent ended.
+func (s *Server) announceTermination(agent string, reason lineage.Termination, by string) {
+	if reason == "" {
+		return
+	}
+	data := map[string]any{"agent": agent, "reason": reason}
+	if by != "" {
+		data["by"] = by
+	}
+	s.hub.publish(event{"terminated", data})
+	s.hub.wake(agent, "")
+}
+
+func (s *Server) name(ctx context.Context, agent string) string {
+	if n, ok := s.names.Load(agent); ok {
+		return n.(string)
+	}
+	info, err := s.rt.Info(ctx, agent)
+	if err != nil {
+		return ""
+	}
+	s.names.Store(agent, info.Name)
+	return info.Name
+}
+
+func (s *Server) getRequest(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	agent, id := r.PathValue("agent"), r.PathValue("id")
+	var wait time.Duration
+	q := r.URL.Query()
+	for k := range q {
+		if k != "wait" {
+			return newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("unknown query parameter %q (only wait)", k))
+		}
+	}
+	if ws := q.Get("wait"); ws != "" {
+		d, err := time.ParseDuration(ws)
+		if err != nil || d < 0 || d > MaxWait {
+			return newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("wait=%q: a duration such as 30s, at most %s", ws, MaxWait))
+		}
+		wait = d
+	}
+	// Watch before reading, so a decision between the two is not missed.
+	var woken <-chan struct{}
+	if wait > 0 {
+		ch, cancel := s.hub.watch(agent, id)
+		defer cancel()
+		woken = ch
+	}
+	v, err := s.rt.RequestVerdict(r.Context(), agent, id)
+	if err != nil {
+		return err
+	}
+	s.touched(agent)
+	if v.Decision == lineage.Pending && wait > 0 {
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		select {
+		case <-woken:
+		case <-timer.C:
+		case <-r.Context().Done():
+			return r.Context().Err()
+		}
+		if v, err = s.rt.RequestVerdict(r.Context(), agent, id); err != nil {
+			return err
+		}
+	}
+	return writeJSON(w, http.StatusOK, v)
+}
+
+// noBody refuses a body with any field: approve and reject take none (the
+// approver is the caller), so {"by": …} is an error, not ignored.
+func noBody(w http.ResponseWriter, r *http.Request) error {
+	if r.ContentLength == 0 {
+		return nil
+	}
+	var b struct{}
+	err := decodeBody(w, r, &b)
+	if err != nil && strings.HasPrefix(err.Error(), "the body is empty") {
+		return nil
+	}
+	return err
+}
+
+func (s *Server) approve(w http.ResponseWriter, r *http.Request, p Principal) error {
+	return s.decidePending(w, r, p, s.rt.Approve)
+}
+
+func (s *Server) reject(w http.ResponseWriter, r *http.Request, p Principal) error {
+	return s.decidePending(w, r, p, s.rt.Reject)
+}
+
+func (s *Server) decidePending(w http.ResponseWriter, r *http.Request, p Principal,
+	decide func(context.Context, string, runtime.Approval) (lineage.Verdict, error)) error {
+	agent, id := r.PathValue("agent"), r.PathValue("id")
+	if err := noBody(w, r); err != nil {
+		return badRequest(err)
+	}
+	start := time.Now()
+	v, err := decide(r.Context(), agent, runtime.Approval{RequestID: id, By: p.Name})
+	if err != nil {
+		return err
+	}
+	s.met.decided(v, time.Since(start))
+	s.touched(agent)
+	s.hub.publish(event{"decided", map[string]any{"agent": agent, "request_id": id, "by": p.Name, "verdict": v}})
+	s.hub.wake(agent, id)
+	s.announceTermination(agent, v.Terminated, "")
+	return writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) terminate(w http.ResponseWriter, r *http.Request, p Principal) error {
+	agent := r.PathValue("agent")
+	var b struct {
+		Reason string `json:"reason"`
+	}
+	if r.ContentLength != 0 {
+		if err := decodeBody(w, r, &b); err != nil && !strings.HasPrefix(err.Error(), "the body is empty") {
+			return badRequest(err)
+		}
+	}
+	st, err := s.rt.Terminate(r.Context(), agent, runtime.Kill{By: p.Name, Note: b.Reason})
+	if err != nil {
+		return err
+	}
+	s.touched(agent)
+	s.announceTermination(agent, lineage.Killed, p.Name)
+	return writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) logLines(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	agent := r.PathValue("agent")
+	var from uint64
+	q := r.URL.Query()
+	for k := range q {
+		if k != "from" {
+			return newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("unknown query parameter %q (only from)", k))
+		}
+	}
+	if fs := q.Get("from"); fs != "" {
+		n, err := strconv.ParseUint(fs, 10, 64)
+		if err != nil {
+			return newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("from=%q: a record seq, 0 or more", fs))
+		}
+		from = n
+	}
+	started := false
+	err := s.rt.ScanLog(r.Context(), agent, from, func(_ uint64, line []byte) error {
+		if !started {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.Header().Set("Cache-Control", "no-store")
+			w.WriteHeader(http.StatusOK)
+			started = true
+		}
+		if _, err := w.Write(line); err != nil {
+			return err
+		}
+		_, err := w.Write([]byte{'\n'})
+		return err
+	})
+	if err != nil {
+		return err // after the first line the status is sent: the stream just ends
+	}
+	s.touched(agent)
+	if !started {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(http.StatusOK)
+	}
+	return nil
+}
+
+type verifyResult struct {
+	OK      bool    `json:"ok"`
+	Records *int    `json:"records,omitempty"`
+	Head    string  `json:"head,omitempty"`
+	Seq     *uint64 `json:"seq,omitempty"`
+	Message string  `json:"message,omitempty"`
+}
+
+func (s *Server) verify(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	agent := r.PathValue("agent")
+	recs, err := s.rt.Records(agent)
+	var chain *runtime.ChainError
+	var damage *store.DamageError
+	switch {
+	case errors.As(err, &chain):
+		return writeJSON(w, http.StatusOK, verifyResult{Seq: &chain.Seq, Message: chain.Reason})
+	case errors.As(err, &damage):
+		return writeJSON(w, http.StatusOK, verifyResult{Seq: &damage.Seq, Message: damage.Reason})
+	case err != nil:
+		return err
+	case len(recs) < 2:
+		seq := uint64(len(recs))
+		return writeJSON(w, http.StatusOK, verifyResult{Seq: &seq, Message: "log ends before its policy record"})
+	}
+	n := len(recs)
+	return writeJSON(w, http.StatusOK, verifyResult{OK: true, Records: &n, Head: recs[n-1].Hash})
+}
+
+type pendingRow struct {
+	Agent     string         `json:"agent"`
+	Name      string         `json:"name"`
+	RequestID string         `json:"request_id"`
+	Tool      string         `json:"tool"`
+	Args      map[string]any `json:"args"`
+	At        lineage.Time   `json:"at"`
+	Cost      int64          `json:"cost"`
+}
+
+func (s *Server) pending(w http.ResponseWriter, r *http.Request, _ Principal) error {
+	ids, err := s.rt.Agents()
+	if err != nil {
+		return err
+	}
+	rows := []pendingRow{}
+	for _, id := range ids {
+		list, err := s.rt.Pending(r.Context(), id)
+		if err != nil {
+			if r.Context().Err() != nil {
+				return err
+			}
+			s.log.Warn("pending: skipping an agent that does not open", "agent", id, "error", err.Error())
+			continue
+		}
+		s.touched(id)
+		for _, p := range list {
+			rows = append(rows, pendingRow{Agent: id, Name: s.name(r.Context(), id), RequestID: p.RequestID,
+				Tool: p.Tool, Args: argsOrEmpty(p.Args), At: lineage.Time{Time: p.At}, Cost: p.Cost})
+		}
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"pending": rows})
+}
+
+func (s *Server) health(w http.ResponseWriter, _ *http.Request, _ Principal) error {
+	if _, err := s.rt.Agents(); err != nil {
+		return writeJSON(w, http.StatusServiceUnavailable, &Error{Code: CodeUnavailable, Message: "the store is not usable: " + err.Error()})
+	}
+	return writeJSON(w, http.StatusOK, struct{}{})
+}
+
+// HTTPServer returns the http.Server that `lineagec serve` runs on addr: the
+// server's handler with read and idle timeouts set (a held request and an
+// event stream set their own write deadlines), and Close run on Shutdown.
+func (s *Server) HTTPServer(addr string) *http.Server {
+	hs := &http.Server{
+		Addr:              addr,
+		Handler:           s,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	hs.RegisterOnShutdown(s.Close)
+	return hs
+}

@@ -1,0 +1,18 @@
+package lineage
+
+import "errors"
+
+// Errors of the guard service (SPEC §10) that the runtime, the server and the
+// client share, beside the ones in types.go.
+var (
+	// ErrUnknownRequest: the agent has no request with this id.
+	ErrUnknownRequest = errors.New("unknown_request")
+	// ErrInvalidPolicy: a policy document does not compile; nothing was created.
+	ErrInvalidPolicy = errors.New("invalid_policy")
+	// ErrUnauthorized: no token, or a token the server does not know (401).
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrForbidden: a valid token without the right to this call (403).
+	ErrForbidden = errors.New("forbidden")
+	// ErrUnavailable: the store cannot be written; nothing was acknowledged (503).
+	ErrUnavailable = errors.New("unavailable")
+)

@@ -66,6 +66,8 @@ func errorOf(err error) *Error {
 	var damage *store.DamageError
 	status, code := http.StatusServiceUnavailable, CodeUnavailable
 	switch {
+	case errors.Is(err, store.ErrUnavailable): // the database is away: nothing acknowledged (SPEC §12)
+		return &Error{status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()}
 	case errors.As(err, &list):
 		return &Error{status: http.StatusBadRequest, Code: CodeInvalidPolicy, Message: "the policy is invalid", Errors: list}
 	case errors.Is(err, lineage.ErrBadRequest), errors.Is(err, lineage.ErrTimeBackwards), errors.Is(err, lineage.ErrBadApprover):

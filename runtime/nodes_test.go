@@ -143,7 +143,6 @@ func TestNodesRace(t *testing.T) {
 	}
 }
 
-
 // phantom is a real store whose next Append, once armed, is written and then
 // reported as failed (store.ErrUnavailable): the database committed and the
 // connection broke before the answer.

@@ -44,9 +44,8 @@ type cluster struct {
 	hc       *http.Client // shared by every client, its idle connections closed first at the end
 }
 
-func startCluster(t *testing.T) *cluster {
+func startCluster(t *testing.T, url string, nodes int) *cluster {
 	t.Helper()
-	url := pgtest.URL(t)
 	key := server.NewKey()
 	c := &cluster{t: t, adminTok: server.NewToken(), apprTok: server.NewToken(),
 		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: nClients}}}
@@ -54,7 +53,7 @@ func startCluster(t *testing.T) *cluster {
 		{Name: "root", Role: server.RoleAdmin, TokenSHA256: server.TokenSHA256(c.adminTok)},
 		{Name: "alice", Role: server.RoleApprover, TokenSHA256: server.TokenSHA256(c.apprTok)},
 	}
-	for range nNodes {
+	for range nodes {
 		st, err := postgres.Open(context.Background(), url, postgres.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -179,7 +178,7 @@ func TestNodesExact(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c := startCluster(t)
+	c := startCluster(t, pgtest.URL(t), nNodes)
 	rng := rand.New(rand.NewPCG(seed, 0))
 
 	type got struct {
@@ -350,4 +349,46 @@ func TestNodesExact(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestNodeOutage: while the database is down a node answers 503
+// unavailable and records nothing; once it is back the node goes on without
+// a restart, and the other node sees what it wrote (SPEC §12; D135).
+func TestNodeOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pg := pgtest.Start(t)
+	c := startCluster(t, pg.NewDatabase(t), 2)
+	agent, cls := c.agent(ctx, `{"budget": 10, "tools": {"t": {"cost": 1}}}`)
+	if v, err := cls[0].Request(ctx, agent, lineage.Request{Tool: "t"}); err != nil || v.Seq != 2 {
+		t.Fatalf("before the outage: %+v, %v", v, err)
+	}
+	if err := pg.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := cls[0].Request(ctx, agent, lineage.Request{Tool: "t"}) // no id: not retried
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != http.StatusServiceUnavailable || e.Code != "unavailable" {
+		t.Fatalf("request while the database is down: %v, want 503 unavailable", err)
+	}
+	if _, err := c.admin[1].State(ctx, agent); !errors.As(err, &e) || e.Status != http.StatusServiceUnavailable {
+		t.Fatalf("read while the database is down: %v, want 503 unavailable", err)
+	}
+	if err := pg.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	v, err := cls[0].Request(ctx, agent, lineage.Request{ID: "after", Tool: "t"})
+	if err != nil || v.Seq != 3 || v.Decision != lineage.Allow {
+		t.Fatalf("after the outage: %+v, %v; want allow at seq 3 (nothing recorded while down)", v, err)
+	}
+	for node := range 2 {
+		st, err := c.admin[node].State(ctx, agent)
+		if err != nil || st.Seq != 3 || st.Spent != 2 {
+			t.Fatalf("node %d after the outage: seq %d spent %d, %v; want 3 and 2", node, st.Seq, st.Spent, err)
+		}
+	}
+	c.logVerdicts(t, ctx, 1, agent)
 }

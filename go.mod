@@ -3,6 +3,7 @@ module github.com/lineage-guard/lineage
 go 1.26.8
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/goccy/go-json v0.11.2
 	github.com/google/cel-go v0.31.0
 	github.com/gowebpki/jcs v1.0.1

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
+
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/compiler"
@@ -187,13 +189,14 @@ func TestNodesExact(t *testing.T) {
 	}
 	// race runs 64 clients, client i on node order[i], each sending
 	// per[i] requests made by mk; it returns every verdict answered 200.
-	race := func(t *testing.T, agent string, cls []*client.Client, per []int, mk func(cl, i int) lineage.Request) []got {
+	race := func(t *testing.T, agent string, cls []*client.Client, per []int, r rules, mk func(cl, i int) lineage.Request) []got {
 		order := make([]int, nClients)
 		for i := range order {
 			order[i] = rng.IntN(nNodes)
 		}
 		var mu sync.Mutex
 		var out []got
+		h := &history{base: time.Now()}
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		for cl := range nClients {
@@ -203,6 +206,7 @@ func TestNodesExact(t *testing.T) {
 				<-start
 				for i := range per[cl] {
 					req := mk(cl, i)
+					call := h.now()
 					v, err := cls[order[cl]].Request(ctx, agent, req)
 					if err != nil {
 						t.Errorf("client %d on node %d: %s: %v", cl, order[cl], req.ID, err)
@@ -210,12 +214,16 @@ func TestNodesExact(t *testing.T) {
 					}
 					mu.Lock()
 					out = append(out, got{req.ID, v})
+					h.add(cl, mIn{id: req.ID}, call, outOf(v, nil))
 					mu.Unlock()
 				}
 			}()
 		}
 		close(start)
 		wg.Wait()
+		if res := h.check(r); res != porcupine.Ok {
+			t.Fatalf("the history of %d requests is not linearizable under the model (%s): %v", len(h.ops), res, h.ops)
+		}
 		return out
 	}
 	perClient := func(lo, hi int) []int {
@@ -251,15 +259,15 @@ func TestNodesExact(t *testing.T) {
 
 	t.Run("credits", func(t *testing.T) {
 		agent, cls := c.agent(ctx, `{"budget": 20, "tools": {"t": {"cost": 1}}}`)
-		answers := race(t, agent, cls, perClient(1, 3), func(cl, i int) lineage.Request {
+		answers := race(t, agent, cls, perClient(1, 3), rules{budget: 20, cost: 1}, func(cl, i int) lineage.Request {
 			return lineage.Request{ID: fmt.Sprintf("c%d_%d", cl, i), Tool: "t"}
 		})
 		allowed := 0
 		for _, a := range answers {
 			if a.v.Decision == lineage.Allow {
 				allowed++
-			} else if a.v.Reason != "budget_exceeded" && a.v.Reason != "terminated" {
-				t.Fatalf("%s: %+v, want allow, budget_exceeded or terminated (budget_exhausted)", a.id, a.v)
+			} else if a.v.Reason != "insufficient_budget" && a.v.Reason != "terminated" {
+				t.Fatalf("%s: %+v, want allow, insufficient_budget or terminated (budget_exhausted)", a.id, a.v)
 			}
 		}
 		if allowed != 20 {
@@ -275,7 +283,7 @@ func TestNodesExact(t *testing.T) {
 	})
 	t.Run("max_calls", func(t *testing.T) {
 		agent, cls := c.agent(ctx, `{"budget": 1000, "scar_limit": 1000, "tools": {"m": {"cost": 1, "max_calls": 17}}}`)
-		answers := race(t, agent, cls, perClient(0, 2), func(cl, i int) lineage.Request {
+		answers := race(t, agent, cls, perClient(0, 2), rules{budget: 1000, cost: 1, maxCalls: 17}, func(cl, i int) lineage.Request {
 			return lineage.Request{ID: fmt.Sprintf("m%d_%d", cl, i), Tool: "m"}
 		})
 		allowed := 0
@@ -293,7 +301,7 @@ func TestNodesExact(t *testing.T) {
 	})
 	t.Run("one_request_id", func(t *testing.T) {
 		agent, cls := c.agent(ctx, `{"budget": 5, "tools": {"t": {"cost": 1}}}`)
-		answers := race(t, agent, cls, perClient(1, 1), func(int, int) lineage.Request {
+		answers := race(t, agent, cls, perClient(1, 1), rules{budget: 5, cost: 1, retryID: "same"}, func(int, int) lineage.Request {
 			return lineage.Request{ID: "same", Tool: "t", Args: map[string]any{"n": 1}}
 		})
 		for _, a := range answers {
@@ -316,15 +324,20 @@ func TestNodesExact(t *testing.T) {
 		var won lineage.Verdict
 		var wg sync.WaitGroup
 		start := make(chan struct{})
+		r := rules{budget: 10, cost: 5, approval: true}
+		h := &history{base: time.Now()}
+		h.add(0, mIn{id: "p"}, 0, outOf(v, nil)) // the request, before every approval
 		for cl := range nClients {
 			node := rng.IntN(nNodes)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				<-start
+				call := h.now()
 				v, err := c.approver[node].Approve(ctx, agent, "p")
 				mu.Lock()
 				defer mu.Unlock()
+				h.add(cl, mIn{approve: true, id: "p"}, call, outOf(v, err))
 				switch {
 				case err == nil:
 					wins++
@@ -338,6 +351,9 @@ func TestNodesExact(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
+		if res := h.check(r); res != porcupine.Ok {
+			t.Fatalf("the history of the approvals is not linearizable under the model (%s): %v", res, h.ops)
+		}
 		if wins != 1 || notPending != nClients-1 {
 			t.Fatalf("%d approvals won, %d not_pending; want 1 and %d", wins, notPending, nClients-1)
 		}

@@ -265,3 +265,24 @@ func BenchmarkAgentTable100k(b *testing.B) {
 		})
 	}
 }
+
+// TestNodesClockBehind: a node whose clock is behind the last record another
+// node wrote records its request at that record's time, never earlier (D136).
+func TestNodesClockBehind(t *testing.T) {
+	st := store.NewSharedMemory()
+	oa, ob := opts("clock"), reopenOpts()
+	oa.Clock = func() time.Time { return sec(10) }
+	ob.Clock = func() time.Time { return sec(5) }
+	a, b := runtime.Open(st, oa), runtime.Open(st, ob)
+	id := mustCreate(t, a, mustCompileYAML(t, nodesPolicy), runtime.CreateOptions{})
+	mustState(t, b, id) // b loads the agent before a's next record
+	mustRequest(t, a, id, lineage.Request{ID: "r1", Tool: "t"})
+	v := mustRequest(t, b, id, lineage.Request{ID: "r2", Tool: "t"})
+	recs, err := b.Records(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := recs[v.Seq].At.Time; !got.Equal(sec(10)) {
+		t.Fatalf("b recorded r2 at %s, want %s (a's last record)", got, sec(10))
+	}
+}

@@ -124,30 +124,17 @@ func (r *Runtime) update(ctx context.Context, id string, op func(a *agent) (time
 // On an error a's state may be partly advanced: the caller drops it.
 func (r *Runtime) catchUp(ctx context.Context, a *agent) (int, error) {
 	f := a.f
-	prevKind := lineage.KindAction // any kind that may precede an action
+	fo := folder{f: f, prev: lineage.KindAction} // any kind that may precede an action
 	if f.status == lineage.Terminated {
-		prevKind = lineage.KindTermination
+		fo.prev = lineage.KindTermination
 	}
-	var scratch []byte
-	n := 0
 	err := store.ScanFrom(r.store, a.id, f.seq+1, func(seq uint64, line []byte) error {
 		if seq != f.seq+1 {
 			return &ChainError{Seq: seq, Reason: fmt.Sprintf("the store passed record %d after record %d", seq, f.seq)}
 		}
-		rec, err := openRecordFast(line, seq, f.head, &scratch)
-		if err != nil {
-			return err
-		}
-		if err := kindFollows(rec, seq, prevKind); err != nil {
-			return err
-		}
-		if _, err := foldChecked(f, rec, nil); err != nil {
-			return err
-		}
-		prevKind = rec.Kind
-		n++
-		return nil
+		return fo.line(seq, line)
 	})
+	n := fo.n
 	if err != nil {
 		return n, fmt.Errorf("agent %s: catching up with the store: %w", a.id, err)
 	}

@@ -197,29 +197,9 @@ func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
 		return nil, fmt.Errorf("agent %s: the runtime has no compiler to load its policy", id)
 	}
 	f := newFolded()
-	var (
-		prevKind lineage.Kind
-		scratch  []byte
-		compiled *policy.Compiled
-	)
-	err := r.store.Scan(id, func(seq uint64, line []byte) error {
-		rec, err := openRecordFast(line, seq, f.head, &scratch)
-		if err != nil {
-			return err
-		}
-		if err := kindFollows(rec, seq, prevKind); err != nil {
-			return err
-		}
-		c, err := foldChecked(f, rec, r.opts.Compile)
-		if err != nil {
-			return err
-		}
-		if c != nil {
-			compiled = c
-		}
-		prevKind = rec.Kind
-		return nil
-	})
+	fo := folder{f: f, compile: r.opts.Compile}
+	err := r.store.Scan(id, fo.line)
+	compiled := fo.compiled
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", lineage.ErrUnknownAgent, id)
 	}
@@ -244,6 +224,39 @@ func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
 		}
 	}
 	return a, nil
+}
+
+// folder folds stored lines into f, one at a time, with the checks that
+// opening a log runs: the record opens on the chain, kinds come in order,
+// and foldChecked accepts it. Replay starts it on an empty state; a catch-up
+// with another node's records starts it on the agent's state.
+type folder struct {
+	f        *folded
+	prev     lineage.Kind // the kind of the last record folded
+	compile  func(doc []byte) (*policy.Compiled, error)
+	compiled *policy.Compiled // the policy record's, once folded
+	scratch  []byte
+	n        int // records folded
+}
+
+func (fo *folder) line(seq uint64, line []byte) error {
+	rec, err := openRecordFast(line, seq, fo.f.head, &fo.scratch)
+	if err != nil {
+		return err
+	}
+	if err := kindFollows(rec, seq, fo.prev); err != nil {
+		return err
+	}
+	c, err := foldChecked(fo.f, rec, fo.compile)
+	if err != nil {
+		return err
+	}
+	if c != nil {
+		fo.compiled = c
+	}
+	fo.prev = rec.Kind
+	fo.n++
+	return nil
 }
 
 // kindFollows enforces the log's shape: genesis, policy, then actions and

@@ -48,6 +48,17 @@ type cluster struct {
 
 func startCluster(t *testing.T, url string, nodes int) *cluster {
 	t.Helper()
+	urls := make([]string, nodes)
+	for i := range urls {
+		urls[i] = url
+	}
+	return startClusterURLs(t, urls)
+}
+
+// startClusterURLs starts one node per database URL (the same database,
+// maybe reached through a proxy).
+func startClusterURLs(t *testing.T, dbs []string) *cluster {
+	t.Helper()
 	key := server.NewKey()
 	c := &cluster{t: t, adminTok: server.NewToken(), apprTok: server.NewToken(),
 		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: nClients}}}
@@ -55,8 +66,8 @@ func startCluster(t *testing.T, url string, nodes int) *cluster {
 		{Name: "root", Role: server.RoleAdmin, TokenSHA256: server.TokenSHA256(c.adminTok)},
 		{Name: "alice", Role: server.RoleApprover, TokenSHA256: server.TokenSHA256(c.apprTok)},
 	}
-	for range nodes {
-		st, err := postgres.Open(context.Background(), url, postgres.Options{})
+	for _, url := range dbs {
+		st, err := postgres.Open(context.Background(), url, postgres.Options{Timeout: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,6 +174,12 @@ func (c *cluster) logVerdicts(t *testing.T, ctx context.Context, node int, agent
 	return verdicts, actions
 }
 
+// got is a verdict a client received with 200 for a request id.
+type got struct {
+	id string
+	v  lineage.Verdict
+}
+
 // sameVerdict compares what a client got with what the log holds (a
 // verdict from JSON has no time; seq and request id must match).
 func sameVerdict(a, b lineage.Verdict) bool {
@@ -183,10 +200,6 @@ func TestNodesExact(t *testing.T) {
 	c := startCluster(t, pgtest.URL(t), nNodes)
 	rng := rand.New(rand.NewPCG(seed, 0))
 
-	type got struct {
-		id string
-		v  lineage.Verdict
-	}
 	// race runs 64 clients, client i on node order[i], each sending
 	// per[i] requests made by mk; it returns every verdict answered 200.
 	race := func(t *testing.T, agent string, cls []*client.Client, per []int, r rules, mk func(cl, i int) lineage.Request) []got {

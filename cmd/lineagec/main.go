@@ -96,6 +96,7 @@ var commands = []func(*globalParams) *cobra.Command{
 	newServeCmd,
 	newTokenCmd,
 	newPendingCmd,
+	newMCPCmd,
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {

@@ -58,36 +58,14 @@ func (p *Proxy) call(ctx context.Context, req *mcp.CallToolRequest) (mcp.Result,
 			name, digest, p.rules.tools[name]), map[string]any{"tool": name, "digest": digest, "pin": p.rules.tools[name]}), nil
 	}
 	key := callKey(name, canon)
-	id, err := p.calls.lookup(key)
-	if err != nil {
-		return p.unavailable(name, err), nil
-	}
-	recorded := id != ""
-	var v lineage.Verdict
-	if recorded {
-		v, err = p.cfg.Guard.Verdict(ctx, p.agent, id, 0)
-		if errors.Is(err, lineage.ErrUnknownRequest) {
-			// The open call is not the service's (another store): forget it.
-			if err := p.calls.drop(key, id); err != nil {
-				return p.unavailable(name, err), nil
-			}
-			recorded = false
-		}
-	}
-	if !recorded {
-		id = newID(key)
-		v, err = p.cfg.Guard.Request(ctx, p.agent, lineage.Request{ID: id, Tool: name, Args: args})
+	id, recorded, v, err, local := p.begin(ctx, key, name, args)
+	if local != nil {
+		return p.unavailable(name, local), nil
 	}
 	if err != nil {
 		return p.guardError(ctx, name, err)
 	}
 	if v.Decision == lineage.Pending {
-		if !recorded {
-			if err := p.calls.open(key, id); err != nil {
-				return p.unavailable(name, err), nil
-			}
-			recorded = true
-		}
 		v, err = p.wait(ctx, req, id, v)
 		if err != nil {
 			return p.guardError(ctx, name, err)
@@ -120,6 +98,38 @@ func (p *Proxy) call(ctx context.Context, req *mcp.CallToolRequest) (mcp.Result,
 		}
 		return verdictResult(v, p.denyText(ctx, name, v)), nil
 	}
+}
+
+// begin continues the open request of a call key, or makes a new request,
+// and records it as open when it is pending. Identical calls in this process
+// take turns here, so that the later one continues the earlier one's request.
+// err is the service's error; local is one of the proxy's own state.
+func (p *Proxy) begin(ctx context.Context, key, name string, args map[string]any) (id string, recorded bool, v lineage.Verdict, err, local error) {
+	stripe := &p.stripes[int(hexByte(key))]
+	stripe.Lock()
+	defer stripe.Unlock()
+	if id, local = p.calls.lookup(key); local != nil {
+		return
+	}
+	if recorded = id != ""; recorded {
+		v, err = p.cfg.Guard.Verdict(ctx, p.agent, id, 0)
+		if errors.Is(err, lineage.ErrUnknownRequest) {
+			// The open call is not the service's (another store): forget it.
+			if local = p.calls.drop(key, id); local != nil {
+				return
+			}
+			recorded, err = false, nil
+		}
+	}
+	if !recorded {
+		id = newID(key)
+		v, err = p.cfg.Guard.Request(ctx, p.agent, lineage.Request{ID: id, Tool: name, Args: args})
+		if err == nil && v.Decision == lineage.Pending {
+			local = p.calls.open(key, id)
+			recorded = true
+		}
+	}
+	return
 }
 
 // wait holds a pending request until it is decided or ApprovalWait passes,
@@ -284,6 +294,12 @@ func callKey(tool string, canonArgs []byte) string {
 	h.Write([]byte{'\n'})
 	h.Write(canonArgs)
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// hexByte is the value of a hex key's first two digits.
+func hexByte(key string) byte {
+	b, _ := hex.DecodeString(key[:2])
+	return b[0]
 }
 
 // newID is a fresh request id for a call key: "mcp-", 16 hex digits of the

@@ -54,8 +54,10 @@ type Proxy struct {
 	up     *mcp.ClientSession
 	server *mcp.Server
 	calls  *openCalls
-	errw   io.Writer
-	errMu  sync.Mutex
+	// stripes serialize identical calls by their key's first byte (call.go).
+	stripes [256]sync.Mutex
+	errw    io.Writer
+	errMu   sync.Mutex
 
 	syncMu  sync.Mutex // one syncTools at a time
 	mu      sync.Mutex

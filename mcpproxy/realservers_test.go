@@ -307,6 +307,9 @@ func TestEverything(t *testing.T) {
 		t.Fatalf("long operation: %v %q", err, text(res))
 	}
 	prog := h.progress()
+	for deadline := time.Now().Add(5 * time.Second); len(prog) < 3 && time.Now().Before(deadline); prog = h.progress() {
+		time.Sleep(10 * time.Millisecond) // notifications may come after the result
+	}
 	if len(prog) != 3 || prog[2].ProgressToken != "long-1" || prog[2].Progress != 3 {
 		t.Errorf("the upstream's progress, as the host got it: %d notifications %+v", len(prog), prog)
 	}

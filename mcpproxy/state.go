@@ -131,7 +131,10 @@ func (o *openCalls) drop(key, id string) error {
 // took it (and so may forward it). It takes it even when the file does not
 // hold it: then nobody recorded it as open, and it was decided allow at once.
 func (o *openCalls) claim(key, id string, recorded bool) (bool, error) {
-	took := !recorded
+	if !recorded {
+		return true, nil
+	}
+	took := false
 	err := o.update(func(m map[string]string) bool {
 		if m[key] != id {
 			return false

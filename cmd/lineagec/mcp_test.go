@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/lineage-guard/lineage/client"
+)
+
+// filesystemServer is the npm filesystem MCP server the mcpproxy tests
+// install; outside CI its absence skips, under CI=true it fails.
+func filesystemServer(t *testing.T) string {
+	t.Helper()
+	bin, err := filepath.Abs("../../mcpproxy/testdata/npm/node_modules/.bin/mcp-server-filesystem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		msg := "the npm MCP servers are not installed: run npm ci --prefix mcpproxy/testdata/npm --no-audit --no-fund"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return bin
+}
+
+// `lineagec mcp` as a host starts it: a subprocess whose stdout carries
+// nothing but MCP (the SDK's client reads it), with the real filesystem
+// server upstream; and `lineagec mcp pins` prints a fragment with every tool.
+func TestMCPCommand(t *testing.T) {
+	fs := filesystemServer(t)
+	dir, _ := filepath.EvalSymlinks(t.TempDir())
+	if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("alpha"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"mcp", "pins", "--", fs, dir}, &out, &errb); code != exitOK {
+		t.Fatalf("mcp pins: exit %d: %s", code, errb.String())
+	}
+	pins := regexp.MustCompile(`(?m)^  "([a-z_]+)":\n    cost: 0\n    pin: "(sha256:[0-9a-f]{64})"$`).FindAllStringSubmatch(out.String(), -1)
+	if !strings.HasPrefix(out.String(), "tools:\n") || len(pins) < 10 {
+		t.Fatalf("mcp pins printed:\n%s", out.String())
+	}
+	var readPin string
+	for _, m := range pins {
+		if m[1] == "read_text_file" {
+			readPin = m[2]
+		}
+	}
+
+	url, adminTok, stop, err := serveInProcess(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	admin, _ := client.New(url, adminTok, nil)
+	ctx := context.Background()
+	created, err := admin.CreateAgent(ctx, json.RawMessage(`{"budget": 5, "tools": {"read_text_file": {"cost": 1, "pin": "`+readPin+`"}}}`), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "lineagec")
+	if err := os.Symlink(os.Args[0], bin); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "mcp", "--server", url, "--state-dir", t.TempDir(), "--", fs, dir)
+	cmd.Env = append(os.Environ(), "LINEAGE_TOKEN="+created.Token)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil).Connect(ctx,
+		&mcp.CommandTransport{Command: cmd, TerminateDuration: time.Second}, nil)
+	if err != nil {
+		t.Fatalf("connecting to lineagec mcp: %v\n%s", err, stderr.String())
+	}
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil || len(tools.Tools) != 1 || tools.Tools[0].Name != "read_text_file" {
+		t.Fatalf("tools/list: %v %+v", err, tools)
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "read_text_file", Arguments: map[string]any{"path": filepath.Join(dir, "a.txt")}})
+	if err != nil || res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "alpha") {
+		t.Fatalf("read_text_file: %v %+v", err, res)
+	}
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "write_file", Arguments: map[string]any{"path": filepath.Join(dir, "b.txt"), "content": "x"}})
+	if err != nil || !res.IsError {
+		t.Fatalf("write_file: %v %+v", err, res)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "b.txt")); !os.IsNotExist(err) {
+		t.Error("an unlisted write reached the server")
+	}
+	cs.Close()
+	if !strings.Contains(stderr.String(), "Secure MCP Filesystem Server") {
+		t.Errorf("the upstream's stderr was not passed through: %q", stderr.String())
+	}
+}

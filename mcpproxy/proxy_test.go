@@ -161,3 +161,40 @@ func TestNewRefuses(t *testing.T) {
 		t.Error("a proxy started without its service")
 	}
 }
+
+// A call the host cancels while it waits for approval is not forwarded; the
+// same call later continues the request, and once approved it is forwarded once.
+func TestCancelledWhileWaiting(t *testing.T) {
+	svc := startService(t)
+	agent, tok := svc.agent(`{"budget": 10, "tools": {"echo": {"cost": 1, "requires_approval": true}}}`)
+	log := filepath.Join(t.TempDir(), "upstream.log")
+	h := svc.connect(t, tok, testUpstream(t, "Echoes its text.", log), proxyOpts{wait: 30 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}})
+		done <- err
+	}()
+	id := svc.pendingOf(t, agent, nil)
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the cancelled call returned a result")
+	}
+	time.Sleep(100 * time.Millisecond) // the proxy sees the cancellation
+	if _, err := svc.approver.Approve(context.Background(), agent, id); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := lines(t, log); len(got) != 0 {
+		t.Fatalf("the cancelled call was forwarded: %v", got)
+	}
+	if res := h.call(t, "echo", map[string]any{"text": "x"}); res.IsError || text(res) != "x" {
+		t.Fatalf("the same call after the approval: %q %v", text(res), res.Meta)
+	}
+	if got := lines(t, log); !slices.Equal(got, []string{"x"}) {
+		t.Fatalf("the upstream got %v, want [x]", got)
+	}
+	if st := svc.state(agent); st.Calls["echo"] != 1 || len(st.Pending) != 0 {
+		t.Errorf("state: calls %v, pending %v", st.Calls, st.Pending)
+	}
+}

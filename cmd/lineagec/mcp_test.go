@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,5 +104,84 @@ func TestMCPCommand(t *testing.T) {
 	cs.Close()
 	if !strings.Contains(stderr.String(), "Secure MCP Filesystem Server") {
 		t.Errorf("the upstream's stderr was not passed through: %q", stderr.String())
+	}
+}
+
+// `lineagec mcp --listen ADDR --upstream URL`: streamable HTTP on both sides.
+func TestMCPOverHTTP(t *testing.T) {
+	up := mcp.NewServer(&mcp.Implementation{Name: "up", Version: "1"}, nil)
+	type echoArgs struct {
+		Text string `json:"text"`
+	}
+	mcp.AddTool(up, &mcp.Tool{Name: "echo", Description: "echoes"},
+		func(_ context.Context, _ *mcp.CallToolRequest, a echoArgs) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: a.Text}}}, nil, nil
+		})
+	mcp.AddTool(up, &mcp.Tool{Name: "secret", Description: "not in the policy"},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+			t.Error("the hidden tool was forwarded")
+			return &mcp.CallToolResult{}, nil, nil
+		})
+	upHTTP := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, nil))
+	defer upHTTP.Close()
+
+	url, adminTok, stop, err := serveInProcess(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	admin, _ := client.New(url, adminTok, nil)
+	ctx := context.Background()
+	created, err := admin.CreateAgent(ctx, json.RawMessage(`{"budget": 5, "tools": {"echo": {"cost": 1}}}`), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "lineagec")
+	if err := os.Symlink(os.Args[0], bin); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "mcp", "--server", url, "--token", created.Token, "--state-dir", t.TempDir(),
+		"--listen", "127.0.0.1:0", "--upstream", upHTTP.URL)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	urlc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		re := regexp.MustCompile(`serving MCP on (http://\S+)`)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				urlc <- m[1]
+			}
+		}
+	}()
+	var endpoint string
+	select {
+	case endpoint = <-urlc:
+	case <-time.After(30 * time.Second):
+		t.Fatal("lineagec mcp --listen did not start")
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil).Connect(ctx,
+		&mcp.StreamableClientTransport{Endpoint: endpoint}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil || len(tools.Tools) != 1 || tools.Tools[0].Name != "echo" {
+		t.Fatalf("tools/list: %v %+v", err, tools)
+	}
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "over http"}})
+	if err != nil || res.IsError || res.Content[0].(*mcp.TextContent).Text != "over http" {
+		t.Fatalf("echo: %v %+v", err, res)
+	}
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "secret"})
+	if err != nil || !res.IsError || res.Meta["lineage/verdict"] == nil {
+		t.Fatalf("secret: %v %+v", err, res)
 	}
 }

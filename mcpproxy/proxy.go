@@ -27,6 +27,10 @@ import (
 // Version is the proxy's implementation version in MCP handshakes.
 const Version = "0.1.0"
 
+// progressLinger is how long an upstream progress token is still relayed
+// after its call returned.
+const progressLinger = 2 * time.Second
+
 // DefaultApprovalWait is how long a pending call waits for its decision (§11).
 const DefaultApprovalWait = 60 * time.Second
 
@@ -148,11 +152,15 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	})
 	p.server.AddReceivingMiddleware(p.intercept)
 	cl := mcp.NewClient(&mcp.Implementation{Name: "lineage-mcp", Version: Version}, &mcp.ClientOptions{
+		// No roots (the SDK's default): the proxy does not relay the host's,
+		// and an empty list would tell a server there are none (D110).
+		Capabilities: &mcp.ClientCapabilities{},
 		// The SDK runs notification handlers on the connection's reading
 		// loop: listing from inside one would wait for itself.
-		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+		// It may come before Connect returns: use the request's session.
+		ToolListChangedHandler: func(_ context.Context, req *mcp.ToolListChangedRequest) {
 			go func() {
-				if err := p.syncTools(context.Background()); err != nil {
+				if err := p.syncTools(context.Background(), req.Session); err != nil {
 					p.report("following the upstream's changed tool list: %v", err)
 				}
 			}()
@@ -163,7 +171,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mcpproxy: connecting to the upstream MCP server: %w", err)
 	}
-	if err := p.syncTools(ctx); err != nil {
+	if err := p.syncTools(ctx, p.up); err != nil {
 		p.up.Close()
 		return nil, err
 	}
@@ -199,11 +207,11 @@ func (r rules) admits(name string) bool {
 
 // syncTools lists the upstream's tools and makes the downstream list the
 // admitted ones whose pins hold; the SDK tells the host of a change.
-func (p *Proxy) syncTools(ctx context.Context) error {
+func (p *Proxy) syncTools(ctx context.Context, up *mcp.ClientSession) error {
 	p.syncMu.Lock()
 	defer p.syncMu.Unlock()
 	fresh := map[string]*mcp.Tool{}
-	for t, err := range p.up.Tools(ctx, nil) {
+	for t, err := range up.Tools(ctx, nil) {
 		if err != nil {
 			return fmt.Errorf("mcpproxy: listing the upstream's tools: %w", err)
 		}
@@ -317,9 +325,13 @@ func (p *Proxy) routeProgress(ss *mcp.ServerSession, token any) (string, func())
 	p.progSeq++
 	up := fmt.Sprintf("lineage-%d", p.progSeq)
 	p.progress[up] = progressRoute{session: ss, token: token}
+	// The route outlives the call a little: the SDK may hand the call its
+	// result before it has handled the upstream's last notifications.
 	return up, func() {
-		p.progMu.Lock()
-		delete(p.progress, up)
-		p.progMu.Unlock()
+		time.AfterFunc(progressLinger, func() {
+			p.progMu.Lock()
+			delete(p.progress, up)
+			p.progMu.Unlock()
+		})
 	}
 }

@@ -267,6 +267,20 @@ func (h *host) call(t testing.TB, name string, args map[string]any) *mcp.CallToo
 	return res
 }
 
+// callAsync calls a tool in the background; the channel gets its result
+// (nil after a JSON-RPC error, which fails the test).
+func (h *host) callAsync(t testing.TB, name string, args map[string]any) <-chan *mcp.CallToolResult {
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := h.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Errorf("tools/call %s: %v", name, err)
+		}
+		done <- res
+	}()
+	return done
+}
+
 // text is the text of a result's contents.
 func text(res *mcp.CallToolResult) string {
 	var b strings.Builder

@@ -211,15 +211,7 @@ func TestFilesystemRejectedNeverWrites(t *testing.T) {
 	up, dir := filesystem(t)
 	h := svc.connect(t, tok, up, proxyOpts{wait: 30 * time.Second})
 	target := filepath.Join(dir, "no.txt")
-	done := make(chan *mcp.CallToolResult, 1)
-	go func() {
-		res, err := h.CallTool(context.Background(), &mcp.CallToolParams{Name: "write_file",
-			Arguments: map[string]any{"path": target, "content": "no\n"}})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
+	done := h.callAsync(t, "write_file", map[string]any{"path": target, "content": "no\n"})
 	id := svc.pendingOf(t, agent, nil)
 	if _, err := svc.approver.Reject(context.Background(), agent, id); err != nil {
 		t.Fatal(err)
@@ -247,15 +239,7 @@ func TestFilesystemTerminatedMidSession(t *testing.T) {
 		t.Fatalf("list_allowed_directories: %q", text(res))
 	}
 	target := filepath.Join(dir, "x.txt")
-	done := make(chan *mcp.CallToolResult, 1)
-	go func() {
-		res, err := h.CallTool(context.Background(), &mcp.CallToolParams{Name: "write_file",
-			Arguments: map[string]any{"path": target, "content": "x"}})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
+	done := h.callAsync(t, "write_file", map[string]any{"path": target, "content": "x"})
 	svc.pendingOf(t, agent, nil)
 	if _, err := svc.admin.Terminate(context.Background(), agent, "test"); err != nil {
 		t.Fatal(err)

@@ -38,6 +38,27 @@ func filesystemServer(t *testing.T) string {
 	return bin
 }
 
+// mcpSetup starts a service with an agent under policy and returns the
+// service's URL, the agent, and this test binary under the name lineagec.
+func mcpSetup(t *testing.T, policy string) (string, client.Created, string) {
+	t.Helper()
+	url, adminTok, stop, err := serveInProcess(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	admin, _ := client.New(url, adminTok, nil)
+	created, err := admin.CreateAgent(context.Background(), json.RawMessage(policy), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "lineagec")
+	if err := os.Symlink(os.Args[0], bin); err != nil {
+		t.Fatal(err)
+	}
+	return url, created, bin
+}
+
 // `lineagec mcp` as a host starts it: a subprocess whose stdout carries
 // nothing but MCP (the SDK's client reads it), with the real filesystem
 // server upstream; and `lineagec mcp pins` prints a fragment with every tool.
@@ -62,21 +83,8 @@ func TestMCPCommand(t *testing.T) {
 		}
 	}
 
-	url, adminTok, stop, err := serveInProcess(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	admin, _ := client.New(url, adminTok, nil)
 	ctx := context.Background()
-	created, err := admin.CreateAgent(ctx, json.RawMessage(`{"budget": 5, "tools": {"read_text_file": {"cost": 1, "pin": "`+readPin+`"}}}`), "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "lineagec")
-	if err := os.Symlink(os.Args[0], bin); err != nil {
-		t.Fatal(err)
-	}
+	url, created, bin := mcpSetup(t, `{"budget": 5, "tools": {"read_text_file": {"cost": 1, "pin": "`+readPin+`"}}}`)
 	cmd := exec.Command(bin, "mcp", "--server", url, "--state-dir", t.TempDir(), "--", fs, dir)
 	cmd.Env = append(os.Environ(), "LINEAGE_TOKEN="+created.Token)
 	var stderr bytes.Buffer
@@ -125,21 +133,8 @@ func TestMCPOverHTTP(t *testing.T) {
 	upHTTP := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, nil))
 	defer upHTTP.Close()
 
-	url, adminTok, stop, err := serveInProcess(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	admin, _ := client.New(url, adminTok, nil)
 	ctx := context.Background()
-	created, err := admin.CreateAgent(ctx, json.RawMessage(`{"budget": 5, "tools": {"echo": {"cost": 1}}}`), "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "lineagec")
-	if err := os.Symlink(os.Args[0], bin); err != nil {
-		t.Fatal(err)
-	}
+	url, created, bin := mcpSetup(t, `{"budget": 5, "tools": {"echo": {"cost": 1}}}`)
 	cmd := exec.Command(bin, "mcp", "--server", url, "--token", created.Token, "--state-dir", t.TempDir(),
 		"--listen", "127.0.0.1:0", "--upstream", upHTTP.URL)
 	stderr, err := cmd.StderrPipe()

@@ -2,6 +2,7 @@ package mcpproxy_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -92,10 +93,8 @@ func TestFilesystemApprovedWriteOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p := &mcp.CallToolParams{Name: "write_file", Arguments: args}
-			if i == 0 {
-				p.Meta = mcp.Meta{"progressToken": "tok-1"}
-			}
+			p := &mcp.CallToolParams{Name: "write_file", Arguments: args,
+				Meta: mcp.Meta{"progressToken": fmt.Sprintf("tok-%d", i)}}
 			res, err := h.CallTool(context.Background(), p)
 			if err != nil {
 				t.Errorf("write_file: %v", err)
@@ -105,7 +104,21 @@ func TestFilesystemApprovedWriteOnce(t *testing.T) {
 		}()
 	}
 	id := svc.pendingOf(t, agent, nil)
-	time.Sleep(300 * time.Millisecond) // both calls are waiting by now
+	waiting := func() map[any]bool { // a waiting call has sent its first progress
+		m := map[any]bool{}
+		for _, p := range h.progress() {
+			m[p.ProgressToken] = strings.Contains(p.Message, id)
+		}
+		return m
+	}
+	for deadline := time.Now().Add(20 * time.Second); len(waiting()) < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the two calls are not both waiting: %v", waiting())
+		}
+	}
+	if w := waiting(); !w["tok-0"] || !w["tok-1"] {
+		t.Fatalf("progress of the waiting calls: %v", w)
+	}
 	if _, err := os.Stat(target); !os.IsNotExist(err) {
 		t.Fatalf("the file exists before the approval: %v", err)
 	}
@@ -135,10 +148,6 @@ func TestFilesystemApprovedWriteOnce(t *testing.T) {
 	}
 	if b, err := os.ReadFile(target); err != nil || string(b) != "approved\n" {
 		t.Fatalf("the file: %q, %v", b, err)
-	}
-	prog := h.progress()
-	if len(prog) == 0 || prog[0].ProgressToken != "tok-1" || !strings.Contains(prog[0].Message, id) {
-		t.Errorf("progress while waiting: %+v", prog)
 	}
 	// The same call again is a new call: a new request, not a second forward.
 	if err := os.WriteFile(target, []byte("changed since\n"), 0o600); err != nil {

@@ -198,3 +198,18 @@ func TestCancelledWhileWaiting(t *testing.T) {
 		t.Errorf("state: calls %v, pending %v", st.Calls, st.Pending)
 	}
 }
+
+// A state file that does not parse stops the proxy at start (fail closed):
+// it could hold an approved request that must not be forwarded twice.
+func TestCorruptStateRefusesToStart(t *testing.T) {
+	svc := startService(t)
+	agent, tok := svc.agent(`{"budget": 1, "tools": {}}`)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, agent+".calls.json"), []byte(`{"half`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := mcpproxy.New(context.Background(), mcpproxy.Config{Guard: svc.client(tok), Upstream: testUpstream(t, "x", ""), StateDir: dir})
+	if err == nil || !strings.Contains(err.Error(), agent+".calls.json") {
+		t.Fatalf("New with a corrupt state file: %v", err)
+	}
+}

@@ -37,6 +37,10 @@ const (
 	ReasonAlreadyForwarded  = "already_forwarded"
 )
 
+// decideTimeout bounds one exchange with the service that the host's
+// cancellation does not cut short.
+const decideTimeout = 30 * time.Second
+
 // progressEvery is how often a waiting call asks the service again and
 // sends the host a progress notification.
 const progressEvery = 5 * time.Second
@@ -64,6 +68,9 @@ func (p *Proxy) call(ctx context.Context, req *mcp.CallToolRequest) (mcp.Result,
 	}
 	if err != nil {
 		return p.guardError(ctx, name, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // cancelled by the host: nothing is forwarded
 	}
 	if v.Decision == lineage.Pending {
 		v, err = p.wait(ctx, req, id, v)
@@ -108,6 +115,10 @@ func (p *Proxy) begin(ctx context.Context, key, name string, args map[string]any
 	stripe := &p.stripes[int(hexByte(key))]
 	stripe.Lock()
 	defer stripe.Unlock()
+	// A host that cancels now must not leave a request the service recorded
+	// as pending and the proxy never heard of: the exchange runs to its end.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), decideTimeout)
+	defer cancel()
 	if id, local = p.calls.lookup(key); local != nil {
 		return
 	}

@@ -2,7 +2,7 @@ package lineage
 
 import "errors"
 
-// Errors of the guard service (SPEC §10) that the runtime, the server and the
+// Errors of the guard service (docs/service.md) that the runtime, the server and the
 // client share, beside the ones in types.go.
 var (
 	// ErrUnknownRequest: the agent has no request with this id.

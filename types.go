@@ -30,7 +30,7 @@ const (
 var Severities = []Severity{Minor, Moderate, Severe}
 
 // Termination is why an agent's log was sealed; "" means it was not.
-// It encodes as JSON null when empty, as SPEC §3 requires.
+// It encodes as JSON null when empty, as docs/decision-order.md requires.
 type Termination string
 
 const (
@@ -61,7 +61,7 @@ func (t *Termination) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Request is one action an agent asks for (SPEC §3).
+// Request is one action an agent asks for (docs/decision-order.md).
 //
 // Args holds decoded JSON with numbers as json.Number, so that integral numbers
 // stay integers (CEL sees them as int) and nothing is rounded.
@@ -73,13 +73,13 @@ type Request struct {
 	At time.Time `json:"-"`
 }
 
-// Scar is the mark a denial leaves (SPEC §4).
+// Scar is the mark a denial leaves (docs/decision-order.md).
 type Scar struct {
 	Severity Severity `json:"severity"`
 	Weight   int64    `json:"weight"`
 }
 
-// Verdict is the guard's answer to a request or an approval (SPEC §3).
+// Verdict is the guard's answer to a request or an approval (docs/decision-order.md).
 type Verdict struct {
 	Decision   Decision    `json:"decision"`
 	Reason     string      `json:"reason"`
@@ -90,7 +90,7 @@ type Verdict struct {
 	Seq        uint64      `json:"seq"`
 }
 
-// Kind is the kind of a log record (SPEC §1).
+// Kind is the kind of a log record (docs/log.md).
 type Kind string
 
 const (
@@ -102,7 +102,7 @@ const (
 )
 
 // Record is one entry of an agent's hash-chained log. Field names are part of
-// the contract (SPEC §1). Body is the canonical JSON of one of the *Body types.
+// the contract (docs/log.md). Body is the canonical JSON of one of the *Body types.
 type Record struct {
 	Seq  uint64          `json:"seq"`
 	At   Time            `json:"at"`
@@ -168,7 +168,7 @@ const (
 	Terminated Status = "terminated"
 )
 
-// State is an agent's folded log (SPEC §8).
+// State is an agent's folded log (docs/decision-order.md#folded-state).
 type State struct {
 	Agent       string                     `json:"agent"`
 	Seq         uint64                     `json:"seq"`
@@ -185,7 +185,7 @@ type State struct {
 	Pending     map[string]RecordedRequest `json:"pending"`
 }
 
-// CELState is the type of the variable state in CEL constraints (SPEC §5):
+// CELState is the type of the variable state in CEL constraints (docs/policy.md#cel-constraints):
 // an object with typed fields, so that `state.remainin` or
 // `state.remaining > 'ten'` is a compile error. The cel tags are the field
 // names CEL sees.
@@ -226,7 +226,7 @@ func (t *Time) UnmarshalJSON(b []byte) error {
 
 // Errors callers branch on with errors.Is. Verdicts (even denials) are not errors.
 var (
-	// ErrBadRequest: the request is malformed; nothing was recorded (SPEC §3).
+	// ErrBadRequest: the request is malformed; nothing was recorded (docs/decision-order.md).
 	ErrBadRequest = errors.New("bad_request")
 	// ErrIDConflict: the request id was used before with another tool or other args.
 	ErrIDConflict = errors.New("id_conflict")

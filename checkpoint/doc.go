@@ -1,4 +1,4 @@
-// Package checkpoint owns provable history (SPEC §14): Ed25519 keys, signed
+// Package checkpoint owns provable history (docs/history.md): Ed25519 keys, signed
 // checkpoints of an agent's log, and Merkle proofs over its records.
 //
 // A checkpoint is a C2SP signed note (golang.org/x/mod/sumdb/note) whose text

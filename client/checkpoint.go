@@ -15,8 +15,8 @@ import (
 // cosignatures add a line each.
 const maxNote = 64 << 10
 
-// Checkpoint returns the service's signed checkpoint of an agent's log (SPEC
-// §14), the C2SP signed note byte for byte: check it with checkpoint.Open and
+// Checkpoint returns the service's signed checkpoint of an agent's log
+// (docs/history.md), the C2SP signed note byte for byte: check it with checkpoint.Open and
 // the service's public key, and keep it away from the service. A service
 // without a checkpoint key answers the code no_checkpoint_key.
 func (c *Client) Checkpoint(ctx context.Context, agent string) ([]byte, error) {

@@ -1,4 +1,4 @@
-// Package client is the Go client of the guard service's HTTP API (SPEC §10,
+// Package client is the Go client of the guard service's HTTP API (docs/service.md,
 // package server): typed verdicts, states and errors, retries of the calls
 // that are safe to repeat, and the caller's context deadlines. The CLI's
 // --server mode and the MCP proxy speak to the service through it; it never
@@ -263,7 +263,7 @@ func (c *Client) Policy(ctx context.Context, agent string) (digest string, polic
 }
 
 // Request asks the guard to decide a request. A request with an id is
-// retried (the id makes a retry safe: SPEC §4 step 1); one without is not.
+// retried (the id makes a retry safe: docs/decision-order.md step 1); one without is not.
 // req.At must be zero: the server's clock gives the time.
 func (c *Client) Request(ctx context.Context, agent string, req lineage.Request) (lineage.Verdict, error) {
 	if !req.At.IsZero() {

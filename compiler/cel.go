@@ -54,7 +54,7 @@ const celStateTypeName = "lineage.CELState"
 
 // celStateType declares lineage.CELState as a CEL object type whose fields
 // are its cel tags (what cel-go's ext.NativeTypes does, without the rest of
-// ext): the checker then knows state's fields and their types (SPEC §5).
+// ext): the checker then knows state's fields and their types (docs/policy.md#cel-constraints).
 func celStateType() cel.EnvOption {
 	return func(env *cel.Env) (*cel.Env, error) {
 		p, a, err := types.ComposeTypes(env.CELTypeProvider(), env.CELTypeAdapter(),
@@ -284,7 +284,7 @@ func value(t *ast.Term) ast.Value {
 }
 
 // celValue converts a Rego value into what CEL expects of JSON: integral numbers
-// are int64, other numbers float64 (SPEC §5), objects map[string]any.
+// are int64, other numbers float64 (docs/policy.md#cel-constraints), objects map[string]any.
 func celValue(t *ast.Term) (any, error) {
 	if t == nil {
 		return nil, nil

@@ -204,7 +204,7 @@ func verdict(t testing.TB, pq rego.PreparedEvalQuery, in ast.Value) string {
 }
 
 // TestCELSemantics evaluates constraints through the lineage.cel builtin, with
-// OPA directly and an input shaped like the runtime's (SPEC §5).
+// OPA directly and an input shaped like the runtime's (docs/policy.md#cel-constraints).
 func TestCELSemantics(t *testing.T) {
 	c := mustCompile(t, "", celPolicy)
 	if len(c.Options) == 0 {

@@ -258,7 +258,7 @@ func checkModules(c *policy.Compiled, exts []*extension) diag.List {
 	if len(diags) > 0 {
 		return diags
 	}
-	// OPA compiles with the allowlist's capabilities (SPEC §6): it refuses
+	// OPA compiles with the allowlist's capabilities (docs/extensions.md): it refuses
 	// every route to another builtin. lineage.cel is the generated Rego's own.
 	// No error limit: the extensions are the user's, bounded in size, and
 	// each error should be reported where it is ("error limit reached" has

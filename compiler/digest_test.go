@@ -31,7 +31,7 @@ tools:
 `
 
 // TestDigestSpellings: every spelling of one policy has one digest and one
-// canonical document (SPEC §2, D16).
+// canonical document (docs/policy.md, D16).
 func TestDigestSpellings(t *testing.T) {
 	spellings := map[string]string{
 		"yaml": basePolicy,

@@ -11,7 +11,7 @@ import (
 	lineagerego "github.com/lineage-guard/lineage/rego"
 )
 
-// extension is one Rego extension module (SPEC §6) being compiled.
+// extension is one Rego extension module (docs/extensions.md) being compiled.
 type extension struct {
 	name     string        // module file name: the path it came from, or ext/<i>.rego
 	pointer  string        // JSON pointer of the entry's path or source

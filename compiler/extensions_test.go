@@ -39,7 +39,7 @@ func refused(t *testing.T, module, builtin string) {
 }
 
 // TestForbiddenBuiltinRoutes: every way Rego has to reach a builtin is
-// refused when the builtin is not on the allowlist (SPEC §6, issue 9).
+// refused when the builtin is not on the allowlist (docs/extensions.md, issue 9).
 func TestForbiddenBuiltinRoutes(t *testing.T) {
 	const head = "package lineage.ext.x\n\n"
 	for name, tc := range map[string]struct{ builtin, body string }{

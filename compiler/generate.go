@@ -63,7 +63,7 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 	}
 	st := stepper{rate: n.RateLimit, extDeny: len(denyPkgs) > 0, extApproval: len(approvalPkgs) > 0}
 
-	// The verdict (SPEC §4 steps 3-9). A step a tool cannot trigger (no cap,
+	// The verdict (docs/decision-order.md steps 3-9). A step a tool cannot trigger (no cap,
 	// no cost, no constraint, no approval) is not written at all: an allowed
 	// request evaluates only the checks that could have stopped it. Scars and
 	// the terminations they cause are the library's (guard.denial).
@@ -89,7 +89,7 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 			}
 			chain = append(chain, st.steps("input.request.tool == "+quote(name), constFigures(r, when))...)
 		}
-		w("# The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.\n")
+		w("# The verdict of a request or an approval: for each tool, the steps of docs/decision-order.md in order.\n")
 	} else {
 		// A table: OPA compiles each branch of a chain as a rule, which
 		// costs far more than an entry of a table (D60).
@@ -110,7 +110,7 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 	}
 	writeChain(w, "verdict", chain)
 	if whens.Len() > 0 {
-		w("# CEL constraints: the first that does not hold denies (SPEC §5).\n")
+		w("# CEL constraints: the first that does not hold denies (docs/policy.md#cel-constraints).\n")
 		b.WriteString(whens.String())
 	}
 
@@ -120,7 +120,7 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 	if len(denyPkgs) > 0 {
 		// Most requests meet no denial: then the extensions' deny rules and a
 		// count are all that is evaluated.
-		w("# Denials of the Rego extensions (SPEC §6): the strongest one denies.\n")
+		w("# Denials of the Rego extensions (docs/extensions.md): the strongest one denies.\n")
 		denies := fmt.Sprintf("%s.deny", denyPkgs[0])
 		if len(denyPkgs) > 1 {
 			denies = "_ext_denies"
@@ -197,7 +197,7 @@ type stepper struct {
 	extDeny, extApproval bool
 }
 
-// steps returns one rule's branches: SPEC §4 steps 4-9 (step 3, the rule
+// steps returns one rule's branches: docs/decision-order.md steps 4-9 (step 3, the rule
 // lookup, is the guard on each, "" for none).
 func (s stepper) steps(guard string, f figures) []branch {
 	var bs []branch
@@ -253,7 +253,7 @@ func writeTable(w func(string, ...any), n policy.Policy, names []string, st step
 	shapes := map[shape]int{}
 	var order []shape
 	next := 0
-	w("# The tool rules as the verdict reads them: each tool's shape (which steps of SPEC §4\n")
+	w("# The tool rules as the verdict reads them: each tool's shape (which steps of docs/decision-order.md\n")
 	w("# its rule has: _steps below) and its figures.\n")
 	w("tools := {\n")
 	for _, name := range names {
@@ -307,7 +307,7 @@ func writeTable(w func(string, ...any), n policy.Policy, names []string, st step
 		writeChain(w, fmt.Sprintf("_steps(%d, %s)", k, arg), st.steps("", f))
 	}
 	if anyWhen {
-		w("# The first of a tool's CEL constraints that does not hold (SPEC §5).\n")
+		w("# The first of a tool's CEL constraints that does not hold (docs/policy.md#cel-constraints).\n")
 		w("_when_denial(cs) := d if {\n")
 		w("\tds := [c | some c in cs; not %s(c.i, input)]\n", celBuiltin)
 		w("\td := ds[0]\n}\n\n")

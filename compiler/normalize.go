@@ -32,6 +32,7 @@ type normRule struct {
 	MaxCalls         *int64           `json:"max_calls,omitempty"`
 	RequiresApproval bool             `json:"requires_approval"`
 	When             []normConstraint `json:"when"`
+	Pin              string           `json:"pin,omitempty"`
 	Description      string           `json:"description,omitempty"`
 }
 
@@ -93,7 +94,7 @@ func normalizeRule(r policy.ToolRule) policy.ToolRule {
 
 func toNormRule(r policy.ToolRule) normRule {
 	out := normRule{Cost: r.Cost, MaxCalls: r.MaxCalls, RequiresApproval: r.RequiresApproval,
-		Description: r.Description, When: []normConstraint{}}
+		Pin: r.Pin, Description: r.Description, When: []normConstraint{}}
 	for _, c := range r.When {
 		out.When = append(out.When, normConstraint(c))
 	}

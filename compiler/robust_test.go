@@ -336,7 +336,7 @@ func TestExtensionDiagnosticsInModuleOrder(t *testing.T) {
 }
 
 // TestWallClockBuiltins: builtins that read the wall clock are as unreplayable
-// as time.now_ns, though OPA does not mark them nondeterministic (SPEC §6:
+// as time.now_ns, though OPA does not mark them nondeterministic (docs/extensions.md:
 // "so replaying a log always reproduces its verdicts").
 func TestWallClockBuiltins(t *testing.T) {
 	for name, call := range map[string]string{

@@ -93,7 +93,7 @@ func prepare(t *testing.T, c *policy.Compiled) rego.PreparedEvalQuery {
 	return pq
 }
 
-// grid lists the inputs of the comparison: the whole input of SPEC §5-§6.
+// grid lists the inputs of the comparison: the whole input of docs/policy.md#cel-constraints, docs/extensions.md.
 func grid(c *policy.Compiled) []ast.Value {
 	n := c.Policy
 	tools := []string{"not_a_listed_tool"}

@@ -54,7 +54,7 @@ type Step struct {
 
 // StepRequest is a request step. Tool, ID and Args are the values as the
 // file gives them, malformed ones included (a number as tool, args an
-// array): the step then expects an error (SPEC §9). ArgsJSON is args as JSON
+// array): the step then expects an error (docs/cases.md). ArgsJSON is args as JSON
 // text, decoded as the CLI and the service decode it (D54).
 type StepRequest struct {
 	Tool     any          `json:"tool"`
@@ -248,7 +248,7 @@ func atTime(n json.Number) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("time %q has more than nanosecond precision", n)
 	}
 	if !ns.Num().IsInt64() || Genesis.Add(time.Duration(ns.Num().Int64())).After(runtime.Latest) {
-		// A time the runtime cannot hold is a malformed request (SPEC §3, D50).
+		// A time the runtime cannot hold is a malformed request (docs/decision-order.md, D50).
 		return time.Time{}, fmt.Errorf("%w: time %q is after %s, the last the runtime holds",
 			lineage.ErrBadRequest, n, runtime.Latest.Format(time.RFC3339Nano))
 	}

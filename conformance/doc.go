@@ -1,4 +1,4 @@
-// Package conformance owns lineage's conformance case format (SPEC §9) and its
+// Package conformance owns lineage's conformance case format (docs/cases.md) and its
 // runner: one loader and one runner serve `go test ./conformance/...`, the
 // differential tests and `lineagec test`, for the suite under cases/ and for
 // users' own suites.

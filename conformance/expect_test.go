@@ -8,7 +8,7 @@ import (
 
 // TestExpectNull: in expect, terminated: null (and scar: null) is "none":
 // it holds for a verdict that caused no termination and fails for one that
-// did, while leaving the field out compares nothing (SPEC §9).
+// did, while leaving the field out compares nothing (docs/cases.md).
 func TestExpectNull(t *testing.T) {
 	ended := &lineage.Verdict{Decision: lineage.Allow, Terminated: lineage.BudgetExhausted}
 	plain := &lineage.Verdict{Decision: lineage.Allow}

@@ -213,7 +213,7 @@ func compareStep(exp map[string]any, v *lineage.Verdict, stepErr error, st linea
 	for _, k := range keys {
 		want := exp[k]
 		if want == nil && (k == "terminated" || k == "scar") {
-			want = "none" // null and none say the same (SPEC §9)
+			want = "none" // null and none say the same (docs/cases.md)
 		}
 		var got any
 		switch k {
@@ -267,7 +267,7 @@ func verdictField(k string, v *lineage.Verdict) any {
 	return fmt.Sprintf("<unknown field %s>", k)
 }
 
-// compareState checks the state fields expect_state lists (SPEC §8).
+// compareState checks the state fields expect_state lists (docs/decision-order.md#folded-state).
 func compareState(exp map[string]any, st lineage.State) []string {
 	var fails []string
 	for _, k := range slices.Sorted(maps.Keys(exp)) {

@@ -47,7 +47,10 @@ type ToolRule struct {
 	MaxCalls         *int64       `json:"max_calls,omitempty"`
 	RequiresApproval bool         `json:"requires_approval,omitempty"`
 	When             []Constraint `json:"when,omitempty"`
-	Description      string       `json:"description,omitempty"`
+	// Pin is "sha256:<64 hex>", the digest of the MCP tool definition this
+	// rule is for (SPEC §2, §11); "" means not pinned.
+	Pin         string `json:"pin,omitempty"`
+	Description string `json:"description,omitempty"`
 }
 
 // Constraint is a CEL expression that must hold for a call to be allowed (SPEC §5).

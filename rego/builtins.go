@@ -6,7 +6,7 @@ import (
 
 // allowedBuiltins are the OPA builtins that lineage's Rego (the library, the
 // generated policies, the users' extensions) may use: deterministic and pure,
-// so that replaying a log reproduces its verdicts (SPEC §6). An allowlist: a
+// so that replaying a log reproduces its verdicts (docs/extensions.md). An allowlist: a
 // builtin OPA adds later is refused until it is listed here.
 //
 // Left out on purpose: the outside world and the clock (http.send, net.*,

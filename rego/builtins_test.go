@@ -24,7 +24,7 @@ func TestAllowedBuiltinsExist(t *testing.T) {
 	}
 }
 
-// TestForbiddenBuiltinsLeftOut: the builtins SPEC §6 names, every builtin OPA
+// TestForbiddenBuiltinsLeftOut: the builtins docs/extensions.md names, every builtin OPA
 // marks nondeterministic, and the families that reach outside are not allowed.
 func TestForbiddenBuiltinsLeftOut(t *testing.T) {
 	named := []string{"http.send", "net.lookup_ip_addr", "net.cidr_contains", "time.now_ns", "rand.intn",

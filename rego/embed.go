@@ -1,7 +1,7 @@
 // Package rego holds lineage's base Rego library: what every policy's verdict
 // shares (denials with their scars and the terminations they cause, the
 // rejection, the extension helpers). The compiler writes each policy's
-// decision order (SPEC §4) as Rego over it. The library is data (embedded
+// decision order (docs/decision-order.md) as Rego over it. The library is data (embedded
 // .rego files) plus its own *_test.rego tests, and the list of the builtins
 // lineage's Rego may use (builtins.go); it holds no other Go logic.
 package rego

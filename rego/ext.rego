@@ -1,4 +1,4 @@
-# Helpers for Rego extensions (SPEC §6). The compiler generates, for each extension
+# Helpers for Rego extensions (docs/extensions.md). The compiler generates, for each extension
 # package P, the rules that gather P.deny and P.require_approval into
 # data.lineage.policy; this package turns the gathered denials into one.
 package lineage.extlib
@@ -11,7 +11,7 @@ reserved := {"ok", "approval_required", "terminated", "extension_error", "invali
 # max_reason is the longest reason an extension may give, in characters.
 max_reason := 128
 
-# valid holds for a deny element of the form SPEC §6 allows: an object with a
+# valid holds for a deny element of the form docs/extensions.md allows: an object with a
 # reason (a string of 1 to 128 characters, not reserved) and a known scar
 # (absent: moderate). Every test is guarded, so that nothing an extension
 # writes makes a builtin fail here.

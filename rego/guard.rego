@@ -1,5 +1,5 @@
 # The base library: what every policy's decisions share. The compiler writes
-# each policy's verdict (SPEC §4 steps 3-9, in package lineage.policy: one
+# each policy's verdict (docs/decision-order.md steps 3-9, in package lineage.policy: one
 # chain of branches, each tool's steps guarded by the tool; or, for more than
 # 64 tools, a table of the tools and a chain of steps per shape of rule,
 # decisions D29 and D60); this package holds what those chains call:
@@ -9,7 +9,7 @@
 #   rejection             a person's no to a pending request (§7).
 #
 # The input the runtime builds, whole for a policy with Rego extensions
-# (which may read any of it, SPEC §6):
+# (which may read any of it, docs/extensions.md):
 #
 #   input.mode             "request" | "approve"
 #   input.request          {id, tool, args, at (RFC 3339), at_ns}

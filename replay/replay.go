@@ -1,4 +1,4 @@
-// Package replay owns shadow mode (SPEC §14): re-deciding a recorded log's
+// Package replay owns shadow mode (docs/history.md): re-deciding a recorded log's
 // requests under another policy and reporting where the verdicts differ.
 //
 // It has no rules of its own. Replay opens a runtime over a memory store with

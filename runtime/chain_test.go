@@ -39,7 +39,7 @@ func sampleFileLog(t *testing.T, kill bool) (agent string, n int, data []byte) {
 //
 // The one flip that cannot be detected is that of the file's final newline: the
 // last record then has no newline, which is exactly a torn tail (a write that
-// was never acknowledged, SPEC §1 / store.Store.Scan), so the log opens at the
+// was never acknowledged, docs/log.md / store.Store.Scan), so the log opens at the
 // record before it. The test pins that behaviour too.
 func TestByteFlips(t *testing.T) {
 	agent, n, pristine := sampleFileLog(t, true)
@@ -367,7 +367,7 @@ func TestDamageFailsClosed(t *testing.T) {
 		}, uint64(mid), false, true},
 		{"genesis missing", func() [][]byte { return clone()[1:] }, 0, false, true},
 		// A forger (or a buggy writer) who recomputes the hash over a body that
-		// is not canonical JSON: the stored hash is then not the hash SPEC §1
+		// is not canonical JSON: the stored hash is then not the hash docs/log.md
 		// defines, and the line is not canonical. Replay must refuse it as
 		// verify does, or State and verify disagree about one log.
 		{"non-canonical body (space), rehashed", func() [][]byte {

@@ -13,7 +13,7 @@ import (
 	"github.com/lineage-guard/lineage/internal/jsontext"
 )
 
-// This file is the one place where request JSON text becomes values (SPEC §3):
+// This file is the one place where request JSON text becomes values (docs/decision-order.md):
 // the CLI's --args, the conformance runner's args_json and the service's
 // request bodies all come through DecodeJSON. encoding/json alone keeps the
 // last of two duplicate keys and turns invalid UTF-8 and lone surrogate
@@ -164,7 +164,7 @@ func ParseArgs(text string) (map[string]any, error) {
 	return m, nil
 }
 
-// DecodeRequest decodes a request given as JSON text, the shape of SPEC §3:
+// DecodeRequest decodes a request given as JSON text, the shape of docs/decision-order.md:
 // {"id"?: str, "tool": str, "args"?: object, "at"?: RFC 3339 time}. Unknown
 // fields are errors, as every malformation of DecodeJSON and RequestOf is.
 // The request is checked again, whole, when it is decided.

@@ -3,7 +3,7 @@
 // OPA query that decides each request.
 //
 // It consumes a *policy.Compiled and never parses YAML or generates Rego. The
-// rules of SPEC §4 steps 3–8 are decided by the compiled Rego; Go here does the
+// rules of docs/decision-order.md steps 3–8 are decided by the compiled Rego; Go here does the
 // bookkeeping around it: validating requests, idempotent retries and sealed logs
 // (steps 1–2), building the input, appending records durably, and folding them
 // into state with one function that both replay and live appends use.

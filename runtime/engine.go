@@ -40,12 +40,12 @@ type engine struct {
 }
 
 // DefaultEvalDeadline is the deadline of an evaluation when
-// Options.EvalDeadline is zero (SPEC §6).
+// Options.EvalDeadline is zero (docs/extensions.md).
 const DefaultEvalDeadline = 100 * time.Millisecond
 
 // extensionFailure is the verdict of a policy whose Rego extension failed at
 // run time: a builtin error (to_number("abc")), a conflict, an evaluation
-// over the deadline (SPEC §6). It is a denial without a scar, recorded like
+// over the deadline (docs/extensions.md). It is a denial without a scar, recorded like
 // any other; the agent's input can make an extension fail, never allow.
 var extensionFailure = decision{decision: lineage.Deny, reason: "extension_error"}
 
@@ -194,7 +194,7 @@ func (e *engine) toolTerm(tool string) *ast.Term {
 	return ast.StringTerm(tool)
 }
 
-// input builds the query input as an ast.Value directly (SPEC §5–§6 plus the
+// input builds the query input as an ast.Value directly (docs/policy.md#cel-constraints, docs/extensions.md plus the
 // rate-limit figure), so OPA need not convert Go values. Each object is made
 // by one ast.NewObject call with all its members: inserting them one by one
 // costs an allocation per member and regrows the object.

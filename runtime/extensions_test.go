@@ -74,7 +74,7 @@ func TestExtensionDeadline(t *testing.T) {
 // TestRuntimeRefusesForbiddenBuiltins: the runtime prepares every policy with
 // the allowlist's capabilities itself, so a compiled policy that never went
 // through the compiler's check (edited, or built by hand) cannot reach
-// http.send either (defence in depth, SPEC §6).
+// http.send either (defence in depth, docs/extensions.md).
 func TestRuntimeRefusesForbiddenBuiltins(t *testing.T) {
 	for name, src := range map[string]string{
 		"call":     "package lineage.ext.x\n\ndeny contains {\"reason\": \"r\"} if http.send({\"method\": \"GET\", \"url\": \"http://127.0.0.1:1\"})\n",

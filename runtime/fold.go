@@ -15,7 +15,7 @@ import (
 	"github.com/lineage-guard/lineage"
 )
 
-// folded is an agent's state as the fold keeps it (SPEC §8), plus what the
+// folded is an agent's state as the fold keeps it (docs/decision-order.md#folded-state), plus what the
 // bookkeeping needs: the request ids seen (for idempotent retries) and the
 // window of allowed times as a ring of the last max_actions.
 type folded struct {
@@ -296,7 +296,7 @@ func strictDecode(b []byte, into any) error {
 	return dec.Decode(into)
 }
 
-// State returns the SPEC §8 view of the fold (a copy).
+// State returns the docs/decision-order.md#folded-state view of the fold (a copy).
 func (f *folded) State() lineage.State {
 	s := lineage.State{
 		Agent: f.agent, Seq: f.seq, Head: f.head, Status: f.status, Termination: f.termination,

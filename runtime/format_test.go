@@ -20,7 +20,7 @@ import (
 
 var atFormat = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{9}Z$`)
 
-// TestRecordFormat checks every stored line against SPEC §1 with code of its
+// TestRecordFormat checks every stored line against docs/log.md with code of its
 // own: the line is the RFC 8785 canonical JSON of the record, the hash is the
 // SHA-256 of the canonical JSON without the hash field, the chain links, `at`
 // has nine fractional digits, and record 1 holds the compiled policy.
@@ -143,7 +143,7 @@ func TestRecordFormat(t *testing.T) {
 }
 
 // TestRecordBodies pins the bodies of action, approval and caused termination
-// records (SPEC §1 table, D1, D6, D15, D17).
+// records (docs/log.md table, D1, D6, D15, D17).
 func TestRecordBodies(t *testing.T) {
 	rt := runtime.Open(newMem(), opts("bodies"))
 	c := mustCompileYAML(t, "budget: 3\ntools: {pay: {cost: 1}, wire: {cost: 2, requires_approval: true}}\n")

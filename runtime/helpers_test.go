@@ -143,7 +143,7 @@ func rawStore(t testing.TB, agent string, lines [][]byte) *store.Memory {
 	return m
 }
 
-// sealLine builds a stored record line the way SPEC §1 defines it, without the
+// sealLine builds a stored record line the way docs/log.md defines it, without the
 // runtime's code: the JCS of the record, hash = sha256 of the JCS without hash.
 func sealLine(t testing.TB, seq uint64, at time.Time, kind lineage.Kind, prev string, body any) (line []byte, hash string) {
 	t.Helper()

@@ -17,7 +17,7 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 )
 
-// unsigned is a record without its hash: what the hash covers (SPEC §1).
+// unsigned is a record without its hash: what the hash covers (docs/log.md).
 type unsigned struct {
 	Seq  uint64          `json:"seq"`
 	At   lineage.Time    `json:"at"`
@@ -429,7 +429,7 @@ func VerifyLines(scan func(fn func(seq uint64, line []byte) error) error) ([]lin
 }
 
 // VerifyLog checks a whole log given as its stored lines, in order: every
-// check that opening the log runs (SPEC §1: chain, canonical form, the order
+// check that opening the log runs (docs/log.md: chain, canonical form, the order
 // of kinds, bodies the fold accepts, times the runtime holds, the policy's
 // digest against its document and, with compile, that the policy compiles to
 // that digest), plus the JCS library's own check of each line. It returns the

@@ -274,7 +274,7 @@ func (g *opGen) observe(o op, out outcome) {
 
 // TestReplayEqualsIncremental: for random policies and random sequences of
 // requests, retries, conflicts, approvals, rejections and kills, the live
-// state equals a full replay of the log by a new runtime (SPEC §8). Besides, at
+// state equals a full replay of the log by a new runtime (docs/decision-order.md#folded-state). Besides, at
 // a random point of each sequence the log is copied into a second store and
 // reopened there; from then on every op goes to both runtimes, which must
 // answer alike and write the same bytes: the replayed hidden state (seen ids,

@@ -15,14 +15,14 @@ import (
 	"github.com/lineage-guard/lineage"
 )
 
-// Limits on a request (SPEC §3): larger or deeper requests are errors.
+// Limits on a request (docs/decision-order.md): larger or deeper requests are errors.
 const (
 	MaxRequestBytes = 64 << 10
 	MaxArgsDepth    = 32
 	MaxIDBytes      = 256
 )
 
-// toolNamePattern is SPEC §2's tool name; validToolName checks it without a
+// toolNamePattern is docs/policy.md's tool name; validToolName checks it without a
 // regexp, which cost a microsecond on every request.
 const toolNamePattern = `^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$`
 

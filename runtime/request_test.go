@@ -74,7 +74,7 @@ func noTrace(t *testing.T, rt *runtime.Runtime, st store.Store, agent, what stri
 }
 
 // TestMalformedRequests: malformed requests are bad_request errors and leave
-// no trace (SPEC §3, D18).
+// no trace (docs/decision-order.md, D18).
 func TestMalformedRequests(t *testing.T) {
 	st := newMem()
 	rt := runtime.Open(st, opts("bad"))
@@ -146,7 +146,7 @@ func TestMalformedRequests(t *testing.T) {
 		if _, err := rt.Request(bg, agent, lineage.Request{Tool: "pay now", At: sec(1.5)}); !errors.Is(err, lineage.ErrBadRequest) {
 			t.Errorf("malformed and backwards: %v, want bad_request", err)
 		}
-		// ...but an exact retry is answered whatever its at (SPEC §4 step 1).
+		// ...but an exact retry is answered whatever its at (docs/decision-order.md step 1).
 		if v, err := rt.Request(bg, agent, lineage.Request{ID: "a1", Tool: "pay", At: sec(0.5)}); err != nil || v.RequestID != "a1" {
 			t.Errorf("retry backwards: %+v, %v; want the recorded verdict", v, err)
 		}
@@ -251,7 +251,7 @@ func TestParseArgs(t *testing.T) {
 }
 
 // TestRetries: a retry returns the current verdict and seq and appends nothing
-// (SPEC §4 step 1, D2, D3, D4, D17).
+// (docs/decision-order.md step 1, D2, D3, D4, D17).
 func TestRetries(t *testing.T) {
 	st := newMem()
 	rt := runtime.Open(st, opts("retry"))
@@ -499,7 +499,7 @@ func TestTerminateErrors(t *testing.T) {
 }
 
 // TestParent: a new agent may name its parent; an empty head is filled with
-// the parent's current head (SPEC §1).
+// the parent's current head (docs/log.md).
 func TestParent(t *testing.T) {
 	st := newMem()
 	rt := runtime.Open(st, opts("parent"))

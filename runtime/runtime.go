@@ -36,11 +36,17 @@ type Options struct {
 	// against OPA alone). It runs under the agent's lock and must not change
 	// the input.
 	OnDecision func(digest string, input ast.Value)
-	// EvalDeadline bounds each evaluation of a policy (SPEC §6); zero means
+	// EvalDeadline bounds each evaluation of a policy (docs/extensions.md); zero means
 	// DefaultEvalDeadline (100 ms). An evaluation over it runs once more; an
 	// extension over it again denies extension_error, so it holds an agent
 	// for at most about twice the deadline (D34).
 	EvalDeadline time.Duration
+	// MaxAgents bounds the agents held in memory: beyond it the least
+	// recently used leave, and come back by replaying their logs when next
+	// used. 0 means no bound.
+	MaxAgents int
+	// IdleTimeout unloads agents unused for that long; 0 means never.
+	IdleTimeout time.Duration
 }
 
 // Runtime guards agents: it decides their requests and keeps their logs.
@@ -48,17 +54,11 @@ type Options struct {
 // run in parallel.
 type Runtime struct {
 	store   store.Store
+	shared  bool // the store has other writers (store.Shared)
 	opts    Options
 	mu      sync.Mutex
-	agents  sync.Map // agent id → *agentSlot; read on every request, so no lock
+	agents  *agentTable
 	engines map[string]*engineSlot
-}
-
-// agentSlot loads an agent once, however many callers ask at the same time.
-type agentSlot struct {
-	once sync.Once
-	a    *agent
-	err  error
 }
 
 type engineSlot struct {
@@ -72,6 +72,10 @@ type agent struct {
 	id  string
 	f   *folded
 	eng *engine
+	// gone (under mu) says the agent left the table, evicted or dropped
+	// after a failed append: its state is no longer used.
+	gone bool
+	slot *agentSlot // the table's slot that holds it
 }
 
 // Open starts a runtime over a store. Agents are loaded (their logs replayed
@@ -83,7 +87,8 @@ func Open(st store.Store, opts Options) *Runtime {
 	if opts.NewAgentID == nil {
 		opts.NewAgentID = newAgentID
 	}
-	return &Runtime{store: st, opts: opts, engines: map[string]*engineSlot{}}
+	return &Runtime{store: st, shared: store.IsShared(st), opts: opts,
+		agents: newAgentTable(opts.MaxAgents, opts.IdleTimeout), engines: map[string]*engineSlot{}}
 }
 
 func newAgentID() string {
@@ -165,9 +170,7 @@ func (r *Runtime) CreateAgent(ctx context.Context, c *policy.Compiled, o CreateO
 	if err != nil {
 		return "", err
 	}
-	slot := &agentSlot{a: a}
-	slot.once.Do(func() {})
-	r.agents.Store(id, slot)
+	r.agents.put(a)
 	return id, nil
 }
 
@@ -175,15 +178,19 @@ func (r *Runtime) CreateAgent(ctx context.Context, c *policy.Compiled, o CreateO
 func (r *Runtime) Agents() ([]string, error) { return r.store.Agents() }
 
 // load returns the agent, replaying and verifying its log on first use.
+// The agent may leave the table (or be dropped) at any time after: callers
+// lock it with acquire or view, which load again if it left.
 func (r *Runtime) load(ctx context.Context, id string) (*agent, error) {
-	v, ok := r.agents.Load(id)
-	if !ok {
-		v, _ = r.agents.LoadOrStore(id, &agentSlot{})
-	}
-	slot := v.(*agentSlot)
-	slot.once.Do(func() { slot.a, slot.err = r.replay(ctx, id) })
+	slot := r.agents.slot(id)
+	slot.once.Do(func() {
+		slot.a, slot.err = r.replay(ctx, id)
+		if slot.a != nil {
+			slot.a.slot = slot
+		}
+		slot.ready.Store(true)
+	})
 	if slot.err != nil {
-		r.agents.CompareAndDelete(id, slot) // a later call tries again (the log may be repaired)
+		r.agents.remove(slot) // a later call tries again (the log may be repaired)
 	}
 	return slot.a, slot.err
 }
@@ -195,29 +202,9 @@ func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
 		return nil, fmt.Errorf("agent %s: the runtime has no compiler to load its policy", id)
 	}
 	f := newFolded()
-	var (
-		prevKind lineage.Kind
-		scratch  []byte
-		compiled *policy.Compiled
-	)
-	err := r.store.Scan(id, func(seq uint64, line []byte) error {
-		rec, err := openRecordFast(line, seq, f.head, &scratch)
-		if err != nil {
-			return err
-		}
-		if err := kindFollows(rec, seq, prevKind); err != nil {
-			return err
-		}
-		c, err := foldChecked(f, rec, r.opts.Compile)
-		if err != nil {
-			return err
-		}
-		if c != nil {
-			compiled = c
-		}
-		prevKind = rec.Kind
-		return nil
-	})
+	fo := folder{f: f, compile: r.opts.Compile}
+	err := r.store.Scan(id, fo.line)
+	compiled := fo.compiled
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", lineage.ErrUnknownAgent, id)
 	}
@@ -244,6 +231,39 @@ func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
 	return a, nil
 }
 
+// folder folds stored lines into f, one at a time, with the checks that
+// opening a log runs: the record opens on the chain, kinds come in order,
+// and foldChecked accepts it. Replay starts it on an empty state; a catch-up
+// with another node's records starts it on the agent's state.
+type folder struct {
+	f        *folded
+	prev     lineage.Kind // the kind of the last record folded
+	compile  func(doc []byte) (*policy.Compiled, error)
+	compiled *policy.Compiled // the policy record's, once folded
+	scratch  []byte
+	n        int // records folded
+}
+
+func (fo *folder) line(seq uint64, line []byte) error {
+	rec, err := openRecordFast(line, seq, fo.f.head, &fo.scratch)
+	if err != nil {
+		return err
+	}
+	if err := kindFollows(rec, seq, fo.prev); err != nil {
+		return err
+	}
+	c, err := foldChecked(fo.f, rec, fo.compile)
+	if err != nil {
+		return err
+	}
+	if c != nil {
+		fo.compiled = c
+	}
+	fo.prev = rec.Kind
+	fo.n++
+	return nil
+}
+
 // kindFollows enforces the log's shape: genesis, policy, then actions and
 // approvals, and nothing after a termination.
 func kindFollows(rec lineage.Record, seq uint64, prev lineage.Kind) error {
@@ -267,7 +287,9 @@ type item struct {
 }
 
 // append seals records onto the chain, makes them durable in one store append
-// and only then folds them into state. On error nothing changed.
+// and only then folds them into state. On error the state is unchanged, but
+// the store may hold the records (store.ErrUnavailable): the caller drops the
+// agent unless the error is store.ErrSeq, which writes nothing (see update).
 func (a *agent) append(st store.Store, at time.Time, items ...item) error {
 	// A decision writes one record, or two with a termination.
 	var recBuf [2]lineage.Record
@@ -306,7 +328,7 @@ var (
 	Latest   = time.Unix(0, math.MaxInt64).UTC()
 )
 
-// recordable refuses a time outside [Earliest, Latest] (SPEC §3): it is
+// recordable refuses a time outside [Earliest, Latest] (docs/decision-order.md): it is
 // malformed, and nothing is recorded.
 func recordable(at time.Time) error {
 	if at.Before(Earliest) || at.After(Latest) {
@@ -337,14 +359,10 @@ func (r *Runtime) timeFor(a *agent, at time.Time) (time.Time, error) {
 	return at, nil
 }
 
-// Request decides one request of an agent (SPEC §3, §4) and records it.
+// Request decides one request of an agent (docs/decision-order.md) and records it.
 // Denials are verdicts, not errors; an error means nothing was recorded.
 func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Request) (lineage.Verdict, error) {
 	cr, err := checkRequest(req)
-	if err != nil {
-		return lineage.Verdict{}, err
-	}
-	a, err := r.load(ctx, agentID)
 	if err != nil {
 		return lineage.Verdict{}, err
 	}
@@ -353,32 +371,50 @@ func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Reque
 			return lineage.Verdict{}, err
 		}
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	var v lineage.Verdict
+	err = r.update(ctx, agentID, func(a *agent) (time.Time, []item, error) {
+		var (
+			at    time.Time
+			items []item
+			err   error
+		)
+		v, at, items, err = r.request(ctx, a, cr, req.At)
+		return at, items, err
+	}, nil)
+	if err != nil {
+		return lineage.Verdict{}, err
+	}
+	return v, nil
+}
+
+// request decides a checked request on a's state (a is locked): the verdict
+// and the records that make it durable, none for a retry or a refusal that
+// is not recorded.
+func (r *Runtime) request(ctx context.Context, a *agent, cr *checkedRequest, reqAt time.Time) (lineage.Verdict, time.Time, []item, error) {
 	// Step 1, right after the malformed check and before any time check: an
 	// exact retry is answered whatever its at, and records nothing.
 	if cr.id != "" {
 		if seen, ok := a.f.lookup(cr.id); ok {
 			if seen.fingerprint != fingerprint(cr.tool, cr.canonArgs) {
-				return lineage.Verdict{}, fmt.Errorf("%w: request id %q was used before with another tool or other args", lineage.ErrIDConflict, cr.id)
+				return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("%w: request id %q was used before with another tool or other args", lineage.ErrIDConflict, cr.id)
 			}
 			if seen.verdict.Decision == lineage.Pending && a.f.status == lineage.Terminated {
 				// Still pending when the agent was terminated: void (D51).
-				return lineage.Verdict{Decision: lineage.Deny, Reason: "terminated", RequestID: cr.id}, nil
+				return lineage.Verdict{Decision: lineage.Deny, Reason: "terminated", RequestID: cr.id}, time.Time{}, nil, nil
 			}
-			return seen.verdict, nil
+			return seen.verdict, time.Time{}, nil, nil
 		}
 		if reservedID(cr.id) {
-			return lineage.Verdict{}, badRequest("id %q has the form req_<n>, which is reserved for the ids the runtime assigns", cr.id)
+			return lineage.Verdict{}, time.Time{}, nil, badRequest("id %q has the form req_<n>, which is reserved for the ids the runtime assigns", cr.id)
 		}
 	}
-	at, err := r.timeFor(a, req.At)
+	at, err := r.timeFor(a, reqAt)
 	if err != nil {
-		return lineage.Verdict{}, err
+		return lineage.Verdict{}, time.Time{}, nil, err
 	}
 	// Step 2: a sealed log takes nothing more (D4).
 	if a.f.status == lineage.Terminated {
-		return lineage.Verdict{Decision: lineage.Deny, Reason: "terminated", RequestID: cr.id}, nil
+		return lineage.Verdict{Decision: lineage.Deny, Reason: "terminated", RequestID: cr.id}, time.Time{}, nil, nil
 	}
 	seq := a.f.seq + 1
 	id := cr.id
@@ -387,27 +423,24 @@ func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Reque
 	}
 	in, err := a.eng.input(modeRequest, id, cr.tool, cr, at, a.f)
 	if err != nil {
-		return lineage.Verdict{}, err
+		return lineage.Verdict{}, time.Time{}, nil, err
 	}
 	d, err := r.decide(ctx, a, modeRequest, in)
 	if err != nil {
-		return lineage.Verdict{}, fmt.Errorf("agent %s: %w", a.id, err)
+		return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("agent %s: %w", a.id, err)
 	}
 	v := verdictOf(d, id, seq)
 	recorded := lineage.RecordedRequest{ID: id, Tool: cr.tool}
 	if v.Decision == lineage.Pending { // the state keeps pending requests whole
 		if recorded.Args, err = cr.argsMap(); err != nil {
-			return lineage.Verdict{}, err
+			return lineage.Verdict{}, time.Time{}, nil, err
 		}
 	}
 	items := []item{{kind: lineage.KindAction, body: &lineage.ActionBody{Request: recorded, Verdict: v}, args: cr.canonArgs}}
 	if v.Terminated != "" {
 		items = append(items, item{kind: lineage.KindTermination, body: &lineage.TerminationBody{Reason: v.Terminated}})
 	}
-	if err := a.append(r.store, at, items...); err != nil {
-		return lineage.Verdict{}, err
-	}
-	return v, nil
+	return v, at, items, nil
 }
 
 func (r *Runtime) decide(ctx context.Context, a *agent, m mode, in ast.Value) (decision, error) {
@@ -433,7 +466,7 @@ type Approval struct {
 	At        time.Time // zero: now
 }
 
-// Approve allows a pending request if SPEC §4 steps 3–7 still pass now (§7).
+// Approve allows a pending request if docs/decision-order.md steps 3–7 still pass now (§7).
 func (r *Runtime) Approve(ctx context.Context, agentID string, ap Approval) (lineage.Verdict, error) {
 	return r.decidePending(ctx, agentID, ap, modeApprove)
 }
@@ -444,47 +477,44 @@ func (r *Runtime) Reject(ctx context.Context, agentID string, ap Approval) (line
 }
 
 func (r *Runtime) decidePending(ctx context.Context, agentID string, ap Approval, m mode) (lineage.Verdict, error) {
-	a, err := r.load(ctx, agentID)
+	var v lineage.Verdict
+	err := r.update(ctx, agentID, func(a *agent) (time.Time, []item, error) {
+		if err := checkActor("approver", ap.By, a); err != nil {
+			return time.Time{}, nil, err
+		}
+		at, err := r.timeFor(a, ap.At)
+		if err != nil {
+			return time.Time{}, nil, err
+		}
+		if a.f.status == lineage.Terminated {
+			return time.Time{}, nil, fmt.Errorf("%w: agent %s is terminated; its pending requests are void", lineage.ErrSealed, a.id)
+		}
+		req, ok := a.f.pending[ap.RequestID]
+		if !ok {
+			return time.Time{}, nil, fmt.Errorf("%w: request %q of agent %s is not pending", lineage.ErrNotPending, ap.RequestID, a.id)
+		}
+		cr, err := checkRequest(lineage.Request{ID: req.ID, Tool: req.Tool, Args: req.Args})
+		if err != nil {
+			return time.Time{}, nil, fmt.Errorf("agent %s: pending request %q: %w", a.id, req.ID, err)
+		}
+		in, err := a.eng.input(m, req.ID, req.Tool, cr, at, a.f)
+		if err != nil {
+			return time.Time{}, nil, err
+		}
+		d, err := r.decide(ctx, a, m, in)
+		if err != nil {
+			return time.Time{}, nil, fmt.Errorf("agent %s: %w", a.id, err)
+		}
+		v = verdictOf(d, req.ID, a.f.seq+1)
+		items := []item{{kind: lineage.KindApproval, body: &lineage.ApprovalBody{
+			RequestID: req.ID, Approver: ap.By, Approved: m == modeApprove, Verdict: v,
+		}}}
+		if v.Terminated != "" {
+			items = append(items, item{kind: lineage.KindTermination, body: &lineage.TerminationBody{Reason: v.Terminated}})
+		}
+		return at, items, nil
+	}, nil)
 	if err != nil {
-		return lineage.Verdict{}, err
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err := checkActor("approver", ap.By, a); err != nil {
-		return lineage.Verdict{}, err
-	}
-	at, err := r.timeFor(a, ap.At)
-	if err != nil {
-		return lineage.Verdict{}, err
-	}
-	if a.f.status == lineage.Terminated {
-		return lineage.Verdict{}, fmt.Errorf("%w: agent %s is terminated; its pending requests are void", lineage.ErrSealed, a.id)
-	}
-	req, ok := a.f.pending[ap.RequestID]
-	if !ok {
-		return lineage.Verdict{}, fmt.Errorf("%w: request %q of agent %s is not pending", lineage.ErrNotPending, ap.RequestID, a.id)
-	}
-	cr, err := checkRequest(lineage.Request{ID: req.ID, Tool: req.Tool, Args: req.Args})
-	if err != nil {
-		return lineage.Verdict{}, fmt.Errorf("agent %s: pending request %q: %w", a.id, req.ID, err)
-	}
-	in, err := a.eng.input(m, req.ID, req.Tool, cr, at, a.f)
-	if err != nil {
-		return lineage.Verdict{}, err
-	}
-	d, err := r.decide(ctx, a, m, in)
-	if err != nil {
-		return lineage.Verdict{}, fmt.Errorf("agent %s: %w", a.id, err)
-	}
-	seq := a.f.seq + 1
-	v := verdictOf(d, req.ID, seq)
-	items := []item{{kind: lineage.KindApproval, body: &lineage.ApprovalBody{
-		RequestID: req.ID, Approver: ap.By, Approved: m == modeApprove, Verdict: v,
-	}}}
-	if v.Terminated != "" {
-		items = append(items, item{kind: lineage.KindTermination, body: &lineage.TerminationBody{Reason: v.Terminated}})
-	}
-	if err := a.append(r.store, at, items...); err != nil {
 		return lineage.Verdict{}, err
 	}
 	return v, nil
@@ -499,36 +529,33 @@ type Kill struct {
 
 // Terminate appends a termination record "killed" and seals the log.
 func (r *Runtime) Terminate(ctx context.Context, agentID string, k Kill) (lineage.State, error) {
-	a, err := r.load(ctx, agentID)
+	var st lineage.State
+	err := r.update(ctx, agentID, func(a *agent) (time.Time, []item, error) {
+		if err := checkActor("terminate --by", k.By, a); err != nil {
+			return time.Time{}, nil, fmt.Errorf("%w: %w", lineage.ErrBadRequest, err)
+		}
+		at, err := r.timeFor(a, k.At)
+		if err != nil {
+			return time.Time{}, nil, err
+		}
+		if a.f.status == lineage.Terminated {
+			return time.Time{}, nil, fmt.Errorf("%w: agent %s is already terminated (%s)", lineage.ErrSealed, a.id, a.f.termination)
+		}
+		return at, []item{{kind: lineage.KindTermination,
+			body: &lineage.TerminationBody{Reason: lineage.Killed, By: k.By, Note: k.Note}}}, nil
+	}, func(a *agent) { st = a.f.State() })
 	if err != nil {
 		return lineage.State{}, err
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err := checkActor("terminate --by", k.By, a); err != nil {
-		return lineage.State{}, fmt.Errorf("%w: %w", lineage.ErrBadRequest, err)
-	}
-	at, err := r.timeFor(a, k.At)
-	if err != nil {
-		return lineage.State{}, err
-	}
-	if a.f.status == lineage.Terminated {
-		return lineage.State{}, fmt.Errorf("%w: agent %s is already terminated (%s)", lineage.ErrSealed, a.id, a.f.termination)
-	}
-	if err := a.append(r.store, at, item{kind: lineage.KindTermination,
-		body: &lineage.TerminationBody{Reason: lineage.Killed, By: k.By, Note: k.Note}}); err != nil {
-		return lineage.State{}, err
-	}
-	return a.f.State(), nil
+	return st, nil
 }
 
-// State returns an agent's folded state (SPEC §8).
+// State returns an agent's folded state (docs/decision-order.md#folded-state).
 func (r *Runtime) State(ctx context.Context, agentID string) (lineage.State, error) {
-	a, err := r.load(ctx, agentID)
+	a, err := r.view(ctx, agentID)
 	if err != nil {
 		return lineage.State{}, err
 	}
-	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.f.State(), nil
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // TestDecodeJSONStrict: the one decoder of request JSON text refuses what
-// encoding/json lets through silently (SPEC §3): duplicate keys at any depth
+// encoding/json lets through silently (docs/decision-order.md): duplicate keys at any depth
 // and lone surrogates, escaped or raw.
 func TestDecodeJSONStrict(t *testing.T) {
 	bad := map[string]string{
@@ -80,7 +80,7 @@ func TestDecodeRequest(t *testing.T) {
 
 // TestTimesTheRuntimeHolds: a time the runtime cannot keep exactly as int64
 // nanoseconds since 1970 (record, window, at_ns) is a malformed request and
-// nothing is recorded; 1970 through 2262-04-11 work (SPEC §3, D50).
+// nothing is recorded; 1970 through 2262-04-11 work (docs/decision-order.md, D50).
 func TestTimesTheRuntimeHolds(t *testing.T) {
 	st := newMem()
 	rt := runtime.Open(st, opts("times"))
@@ -117,7 +117,7 @@ tools: {pay: {cost: 1}}
 
 // TestRetryBeforeTimeCheck: an exact retry is answered before any time
 // check, and a request still pending when the agent was terminated answers
-// deny terminated (SPEC §4 step 1, D51).
+// deny terminated (docs/decision-order.md step 1, D51).
 func TestRetryBeforeTimeCheck(t *testing.T) {
 	st := newMem()
 	rt := runtime.Open(st, opts("retry"))
@@ -168,7 +168,7 @@ tools: {pay: {cost: 1}, wire: {cost: 1, requires_approval: true}}
 }
 
 // TestApproverNames: an approver (and whoever pulls the kill switch) is a
-// name a person can read and that is not the agent's (SPEC §7, D52).
+// name a person can read and that is not the agent's (docs/approvals.md, D52).
 func TestApproverNames(t *testing.T) {
 	st := newMem()
 	rt := runtime.Open(st, opts("names"))
@@ -220,7 +220,7 @@ tools: {wire: {cost: 1, requires_approval: true}}
 
 // TestVerifyAgreesWithOpen: a log whose policy record was edited and
 // rehashed (its digest no longer that of its document), and a log whose
-// policy does not compile, fail verify and open alike, at seq 1 (SPEC §1, D53).
+// policy does not compile, fail verify and open alike, at seq 1 (docs/log.md, D53).
 func TestVerifyAgreesWithOpen(t *testing.T) {
 	const agent = "agt_verify"
 	good := []byte(`{"budget":5,"default_rule":null,"rate_limit":null,"rego":[],"scar_limit":10,"scar_weights":{"minor":1,"moderate":3,"severe":10},"tools":{"pay":{"cost":1,"requires_approval":false,"when":[]}}}`)

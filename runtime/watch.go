@@ -19,14 +19,13 @@ import (
 
 // RequestVerdict returns the current verdict of one of an agent's requests:
 // the recorded one, an approval's once decided, and deny "terminated" for a
-// request that was still pending when the agent was terminated (SPEC §4
+// request that was still pending when the agent was terminated (docs/decision-order.md
 // step 1). lineage.ErrUnknownRequest if the agent never made it.
 func (r *Runtime) RequestVerdict(ctx context.Context, agentID, requestID string) (lineage.Verdict, error) {
-	a, err := r.load(ctx, agentID)
+	a, err := r.view(ctx, agentID)
 	if err != nil {
 		return lineage.Verdict{}, err
 	}
-	a.mu.Lock()
 	defer a.mu.Unlock()
 	seen, ok := a.f.lookup(requestID)
 	if !ok {
@@ -55,11 +54,10 @@ var errStopScan = errors.New("stop scan")
 
 // Info returns an agent's name, policy and status.
 func (r *Runtime) Info(ctx context.Context, agentID string) (AgentInfo, error) {
-	a, err := r.load(ctx, agentID)
+	a, err := r.view(ctx, agentID)
 	if err != nil {
 		return AgentInfo{}, err
 	}
-	a.mu.Lock()
 	info := AgentInfo{Agent: agentID, Digest: a.f.digest, Policy: a.f.policyDoc, Status: a.f.status, Seq: a.f.seq}
 	a.mu.Unlock()
 	// The name is only in genesis, which the fold does not keep: read record 0.
@@ -93,11 +91,10 @@ type PendingRequest struct {
 
 // Pending lists an agent's pending requests in the order they were made.
 func (r *Runtime) Pending(ctx context.Context, agentID string) ([]PendingRequest, error) {
-	a, err := r.load(ctx, agentID)
+	a, err := r.view(ctx, agentID)
 	if err != nil {
 		return nil, err
 	}
-	a.mu.Lock()
 	out := make([]PendingRequest, 0, len(a.f.pending))
 	bySeq := map[uint64]int{}
 	pol := a.eng.compiled.Policy
@@ -152,11 +149,10 @@ func (r *Runtime) Pending(ctx context.Context, agentID string) ([]PendingRequest
 
 // PendingCount says how many requests of a loaded agent await a decision.
 func (r *Runtime) PendingCount(ctx context.Context, agentID string) (int, error) {
-	a, err := r.load(ctx, agentID)
+	a, err := r.view(ctx, agentID)
 	if err != nil {
 		return 0, err
 	}
-	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.f.pending), nil
 }

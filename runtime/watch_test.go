@@ -61,7 +61,7 @@ func TestServiceReads(t *testing.T) {
 	if _, err := rt.Terminate(bg, agent, runtime.Kill{By: "ops", At: sec(5)}); err != nil {
 		t.Fatal(err)
 	}
-	// o1 was pending at termination: void (SPEC §4 step 1).
+	// o1 was pending at termination: void (docs/decision-order.md step 1).
 	if v, _ := rt.RequestVerdict(bg, agent, "o1"); v.Decision != lineage.Deny || v.Reason != "terminated" {
 		t.Errorf("verdict of a request pending at termination: %+v", v)
 	}

@@ -1,8 +1,8 @@
 // Package schema holds lineage's published JSON Schemas and nothing else.
 //
 // Each schema is a file "<name>.schema.json" in this directory, embedded into the
-// binary: "policy" (SPEC §2), "conformance" (SPEC §9) and "auth" (the
-// principals of the guard service, SPEC §10). Package source compiles
+// binary: "policy" (docs/policy.md), "conformance" (docs/cases.md) and "auth" (the
+// principals of the guard service, docs/service.md). Package source compiles
 // and applies them; editors use the files directly.
 package schema
 

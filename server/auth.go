@@ -18,7 +18,7 @@ import (
 	"github.com/lineage-guard/lineage/internal/source"
 )
 
-// Role is what a principal may do (SPEC §10).
+// Role is what a principal may do (docs/service.md).
 type Role string
 
 const (

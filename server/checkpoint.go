@@ -10,7 +10,7 @@ import (
 	"github.com/lineage-guard/lineage/checkpoint"
 )
 
-// This file serves provable history (SPEC §14): the signed checkpoint of an
+// This file serves provable history (docs/history.md): the signed checkpoint of an
 // agent's log at GET /v1/agents/{agent}/checkpoint and an inclusion proof of
 // one record at GET /v1/agents/{agent}/proof/{seq}, when the server has a
 // checkpoint key (Config.CheckpointSigner, `serve --checkpoint-key`).

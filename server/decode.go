@@ -11,7 +11,7 @@ import (
 	"unicode/utf8"
 )
 
-// maxBody is the largest request body the service reads (SPEC §10: over it, 413).
+// maxBody is the largest request body the service reads (docs/service.md: over it, 413).
 const maxBody = 1 << 20
 
 // maxDepth bounds the nesting of a body's JSON.

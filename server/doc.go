@@ -1,4 +1,4 @@
-// Package server is the guard service of SPEC §10 (`lineagec serve`): it turns
+// Package server is the guard service of docs/service.md (`lineagec serve`): it turns
 // HTTP into calls of the runtime and the runtime's results and errors into HTTP.
 //
 // It owns the principals and their tokens (admins and approvers from an auth

@@ -11,7 +11,7 @@ import (
 	"github.com/lineage-guard/lineage/runtime/store"
 )
 
-// Error is the body of every error response (SPEC §10): a stable code, a
+// Error is the body of every error response (docs/service.md): a stable code, a
 // message for people and, for an invalid policy, its diagnostics as
 // `lineagec check --format json` prints them.
 type Error struct {
@@ -66,6 +66,8 @@ func errorOf(err error) *Error {
 	var damage *store.DamageError
 	status, code := http.StatusServiceUnavailable, CodeUnavailable
 	switch {
+	case errors.Is(err, store.ErrUnavailable): // the database is away: nothing acknowledged (docs/stores.md)
+		return &Error{status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()}
 	case errors.As(err, &list):
 		return &Error{status: http.StatusBadRequest, Code: CodeInvalidPolicy, Message: "the policy is invalid", Errors: list}
 	case errors.Is(err, lineage.ErrBadRequest), errors.Is(err, lineage.ErrTimeBackwards), errors.Is(err, lineage.ErrBadApprover):

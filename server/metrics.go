@@ -12,7 +12,7 @@ import (
 	"github.com/lineage-guard/lineage/runtime/store"
 )
 
-// metrics are the service's Prometheus metrics (SPEC §10), in a registry of
+// metrics are the service's Prometheus metrics (docs/service.md), in a registry of
 // its own so that two servers in one process (tests) do not collide.
 type metrics struct {
 	reg       *prometheus.Registry

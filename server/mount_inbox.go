@@ -12,7 +12,7 @@ import (
 	"github.com/lineage-guard/lineage/server/inbox"
 )
 
-// mountInbox serves the approval inbox (SPEC §13, package inbox) beside the
+// mountInbox serves the approval inbox (docs/inbox.md, package inbox) beside the
 // API, on the server's own principals, decisions and event stream.
 func (s *Server) mountInbox() {
 	h := inbox.New(inbox.Backend{

@@ -16,7 +16,7 @@ import (
 )
 
 // Rehash takes a log's stored lines, replaces record k's body by edit(body),
-// and recomputes prev and hash of every record from k on (SPEC §1: SHA-256 of
+// and recomputes prev and hash of every record from k on (docs/log.md: SHA-256 of
 // the canonical JSON of the record without its hash). It returns the new lines.
 func Rehash(lines [][]byte, k int, edit func(body []byte) []byte) ([][]byte, error) {
 	out := make([][]byte, len(lines))

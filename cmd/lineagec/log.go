@@ -82,7 +82,7 @@ func runLog(p logParams, args []string, stdout, stderr io.Writer) error {
 }
 
 // compileLogged compiles a log's policy record again, as opening the agent
-// does, so that verify fails exactly when open does (SPEC §1).
+// does, so that verify fails exactly when open does (docs/log.md).
 func compileLogged(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) }
 
 // readLog reads an agent's log from the store and verifies it: the records

@@ -104,6 +104,7 @@ var commands = []func(*globalParams) *cobra.Command{
 	newServeCmd,
 	newTokenCmd,
 	newPendingCmd,
+	newMCPCmd,
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {

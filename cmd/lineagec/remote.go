@@ -17,7 +17,7 @@ import (
 	"github.com/lineage-guard/lineage/client"
 )
 
-// The CLI as a client of `lineagec serve` (SPEC §10): with --server URL (or
+// The CLI as a client of `lineagec serve` (docs/service.md): with --server URL (or
 // $LINEAGE_SERVER) and $LINEAGE_TOKEN, the agent commands talk to a server
 // instead of opening the data directory, with the same output and exit status.
 

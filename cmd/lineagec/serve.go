@@ -21,6 +21,7 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/postgres"
 	"github.com/lineage-guard/lineage/server"
 )
 
@@ -32,6 +33,9 @@ type serveParams struct {
 	tlsCert   string
 	tlsKey    string
 	logFormat string
+	store     string
+	maxAgents int
+	idle      time.Duration
 	ckptKey   string // --checkpoint-key (serve_checkpoint.go)
 }
 
@@ -50,6 +54,11 @@ kept in <data>/admin.token (mode 0600); its path, never the token, is printed on
 stderr. Agent tokens are returned once, when an agent is created: they are an HMAC
 of the agent id under the server key, <data>/server.key (or --server-key FILE).
 
+With --store postgres://… (or $LINEAGE_STORE) the logs live in PostgreSQL, which
+several serve nodes may share (SPEC §12): give each the same --store, the same
+server key and the same --auth. Agents unused for --agent-idle, and the least
+recently used beyond --max-agents, leave memory; their logs bring them back.
+
 On SIGTERM or SIGINT it stops accepting, finishes the requests in flight, closes
 the store and exits 0. Request logs go to stderr (--log-format text|json).
 ` + exitCodesHelp,
@@ -65,6 +74,9 @@ the store and exits 0. Request logs go to stderr (--log-format text|json).
 	f.StringVar(&p.tlsCert, "tls-cert", "", "TLS certificate file (with --tls-key)")
 	f.StringVar(&p.tlsKey, "tls-key", "", "TLS key file (with --tls-cert)")
 	f.StringVar(&p.logFormat, "log-format", "text", "request log format on stderr: text, json")
+	f.StringVar(&p.store, "store", "", "a shared store, postgres://… (default $LINEAGE_STORE; without one: the file store in --data)")
+	f.IntVar(&p.maxAgents, "max-agents", 10000, "agents kept in memory; the least recently used beyond it are unloaded (0: no bound)")
+	f.DurationVar(&p.idle, "agent-idle", 10*time.Minute, "unload agents unused for this long (0: never)")
 	f.StringVar(&p.ckptKey, "checkpoint-key", "", "sign checkpoints with this private key (lineagec key generate): GET /v1/agents/{agent}/checkpoint and /proof/{seq}")
 	return cmd
 }
@@ -72,6 +84,12 @@ the store and exits 0. Request logs go to stderr (--log-format text|json).
 func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	if (p.tlsCert == "") != (p.tlsKey == "") {
 		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if p.maxAgents < 0 || p.idle < 0 {
+		return errors.New("--max-agents and --agent-idle must not be negative")
+	}
+	if p.store == "" {
+		p.store = os.Getenv("LINEAGE_STORE")
 	}
 	var handler slog.Handler
 	switch p.logFormat {
@@ -118,9 +136,25 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		abs, _ := filepath.Abs(tokenFile)
 		fmt.Fprintf(stderr, "lineagec: no --auth: the admin token is in %s\n", abs)
 	}
-	st, err := store.OpenFile(dir, store.FileOptions{})
-	if err != nil {
-		return err
+	// The file store in dir, or the shared store at --store; the keys stay
+	// in dir either way (every node needs the same server key).
+	var (
+		st        store.Store
+		syncStats func() store.CommitStats
+		where     = dir
+	)
+	if p.store != "" {
+		pg, err := postgres.Open(ctx, p.store, postgres.Options{})
+		if err != nil {
+			return err
+		}
+		st, where = pg, "the PostgreSQL store"
+	} else {
+		fs, err := store.OpenFile(dir, store.FileOptions{})
+		if err != nil {
+			return err
+		}
+		st, syncStats = fs, fs.CommitStats
 	}
 	closed := false
 	closeStore := func() error {
@@ -132,10 +166,12 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	}
 	defer closeStore()
 	rt := runtime.Open(st, runtime.Options{
-		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
+		Compile:     func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
+		MaxAgents:   p.maxAgents,
+		IdleTimeout: p.idle,
 	})
 	srv, err := server.New(server.Config{Runtime: rt, Principals: principals, Key: key,
-		Logger: slog.New(handler), SyncStats: st.CommitStats, CheckpointSigner: signer})
+		Logger: slog.New(handler), SyncStats: syncStats, CheckpointSigner: signer})
 	if err != nil {
 		return err
 	}
@@ -148,7 +184,7 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	if p.tlsCert != "" {
 		scheme = "https"
 	}
-	fmt.Fprintf(stderr, "lineagec: serving %s on %s://%s\n", dir, scheme, ln.Addr())
+	fmt.Fprintf(stderr, "lineagec: serving %s on %s://%s\n", where, scheme, ln.Addr())
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -22,7 +22,7 @@ func newStoreCmd(g *globalParams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "store",
 		Short: "Manage a shared store (PostgreSQL)",
-		Long: `Store manages a store shared by several nodes (SPEC §12). The embedded file
+		Long: `Store manages a store shared by several nodes (docs/stores.md). The embedded file
 store (--data) needs no setup.` + "\n" + exitCodesHelp,
 		Args: argsUsage(cobra.NoArgs),
 	}

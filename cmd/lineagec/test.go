@@ -24,7 +24,7 @@ func newTestCmd(g *globalParams) *cobra.Command {
 		Use:   "test PATH...",
 		Short: "Run conformance case files and Rego tests",
 		Long: `Test runs every conformance case file (*.yaml, *.yml, *.json) and every Rego
-*_test.rego under the paths (SPEC §9), prints one line per case (PASS, FAIL
+*_test.rego under the paths (docs/cases.md), prints one line per case (PASS, FAIL
 with the reasons below it, SKIP for known gaps listed in a directory's
 skip.yaml) and ends with the line "N passed, N failed". --format json prints
 the report as JSON; --junit FILE also writes it as JUnit XML.

@@ -15,7 +15,7 @@ import (
 
 // TestVerifyCompilesThePolicy: `lineagec verify` of a log whose policy record
 // no longer compiles (its digest is right) fails at seq 1, as opening the
-// agent does (SPEC §1, D53); so does one whose policy was edited.
+// agent does (docs/log.md, D53); so does one whose policy was edited.
 func TestVerifyCompilesThePolicy(t *testing.T) {
 	const doc = `{"budget":5,"default_rule":null,"rate_limit":null,"rego":[],"scar_limit":10,"scar_weights":{"minor":1,"moderate":3,"severe":10},"tools":{"pay":{"cost":-1,"requires_approval":false,"when":[]}}}`
 	sum := sha256.Sum256([]byte(doc))
@@ -41,7 +41,7 @@ func TestVerifyCompilesThePolicy(t *testing.T) {
 	}
 }
 
-// sealed builds a stored record line as SPEC §1 defines it: the JCS of the
+// sealed builds a stored record line as docs/log.md defines it: the JCS of the
 // record; its hash the SHA-256 of the JCS without the hash.
 func sealed(t *testing.T, seq int, kind, prev, body string) ([]byte, string) {
 	t.Helper()

@@ -19,7 +19,7 @@ const maxArgsDepth = 32
 // and "1.0" stay different texts (an int and a double for CEL, §5), although they
 // are the same JSON value for id comparisons (jsonEqual).
 //
-// Refused (the request is malformed, SPEC §3):
+// Refused (the request is malformed, docs/decision-order.md):
 //   - args encoding/json cannot encode (channels, NaN, a json.Number that is not
 //     a JSON number, a cycle, ...);
 //   - a number beyond float64's range (|x| rounding to infinity, e.g. 1e400):
@@ -105,7 +105,7 @@ func numberValue(n json.Number) float64 {
 // jsonEqual reports whether two normalized args values are the same JSON value,
 // the comparison D3 makes for id conflicts ("canonical JSON").
 //
-// Choice: canonical JSON is RFC 8785 (SPEC §1), whose numbers are IEEE-754
+// Choice: canonical JSON is RFC 8785 (docs/log.md), whose numbers are IEEE-754
 // doubles, so two numbers are equal iff they round to the same float64: 1, 1.0,
 // 1e0 and 10e-1 are one value; -0 equals 0; integers beyond 2^53 that round to
 // the same double are equal. Strings compare by their (UTF-8) bytes, objects by
@@ -152,7 +152,7 @@ func jsonEqual(a, b any) bool {
 }
 
 // celValue converts a normalized JSON value to the Go value cel-go's default
-// adapter turns into the CEL value of SPEC §5: a number whose text is integral
+// adapter turns into the CEL value of docs/policy.md#cel-constraints: a number whose text is integral
 // (no '.', 'e' or 'E') and fits int64 is an int, any other number a double.
 //
 // Choice: an integral text outside int64's range (e.g. 9223372036854775808) is a

@@ -13,14 +13,14 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 )
 
-// celEnv is the CEL environment of SPEC §5: the standard library plus four
+// celEnv is the CEL environment of docs/policy.md#cel-constraints: the standard library plus four
 // variables, with int/double comparisons allowed at type-check time (cel-go's
 // runtime already orders and equates int and double values by number).
 type celEnv struct{ env *cel.Env }
 
 func newCELEnv() (*celEnv, error) {
 	env, err := cel.NewEnv(
-		// state is an object with typed fields (SPEC §5): lineage.CELState,
+		// state is an object with typed fields (docs/policy.md#cel-constraints): lineage.CELState,
 		// whose cel tags name the fields.
 		func(env *cel.Env) (*cel.Env, error) {
 			p, a, err := types.ComposeTypes(env.CELTypeProvider(), env.CELTypeAdapter(),
@@ -64,7 +64,7 @@ type constraint struct {
 
 // compile type-checks and plans one constraint; ptr is its JSON pointer.
 //
-// Choice: SPEC §5 says an expression must be of type bool. The model accepts
+// Choice: docs/policy.md#cel-constraints says an expression must be of type bool. The model accepts
 // bool and also dyn (e.g. `args.flag`, whose type is only known at run time),
 // where a non-bool result at run time is simply a violation; any other static
 // type (`tool`, `1 + 2`) is refused.
@@ -93,7 +93,7 @@ func (e *celEnv) compile(ptr string, c policy.Constraint) (*constraint, error) {
 
 // holds evaluates the constraint: it holds only when the result is exactly the
 // bool true. false, any other value and an evaluation error (a missing arg, a
-// type mismatch, an overflow, ...) are violations: fail closed (SPEC §5).
+// type mismatch, an overflow, ...) are violations: fail closed (docs/policy.md#cel-constraints).
 func (c *constraint) holds(vars map[string]any) bool {
 	out, _, err := c.prg.Eval(vars)
 	if err != nil || out == nil {

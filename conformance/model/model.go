@@ -1,5 +1,5 @@
 // Package model is the reference model of lineage's behaviour contract: one agent
-// simulated from SPEC.md (§3, §4, §5, §7, §8) and docs/decisions.md alone, in plain
+// simulated from the reference in docs/ (the decision order, CEL constraints, approvals, the folded state) and docs/decisions.md alone, in plain
 // Go. It is deliberately independent of the real engine (no OPA, no Rego, no log,
 // no hashes), so that differential tests can hold the two against each other.
 //
@@ -23,7 +23,7 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 )
 
-// Reasons a verdict gives (SPEC §3, §4, §7).
+// Reasons a verdict gives (docs/decision-order.md, docs/approvals.md).
 const (
 	reasonOK                = "ok"
 	reasonApprovalRequired  = "approval_required"
@@ -35,7 +35,7 @@ const (
 	reasonApprovalRejected  = "approval_rejected"
 )
 
-// toolName is the pattern of SPEC §2 for tool names.
+// toolName is the pattern of docs/policy.md for tool names.
 var (
 	toolName   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$`)
 	assignedID = regexp.MustCompile(`^req_[0-9]+$`)
@@ -56,7 +56,7 @@ type entry struct {
 	verdict lineage.Verdict
 }
 
-// Model is one agent simulated from SPEC.md alone, in plain Go: no OPA, no log,
+// Model is one agent simulated from the reference in docs/ alone, in plain Go: no OPA, no log,
 // no hashes. It does not run Rego extensions: New refuses a policy that has any.
 //
 // A Model is safe for concurrent use (calls are serialized), though the contract
@@ -95,7 +95,7 @@ type Model struct {
 // next record's seq is 2.
 //
 // New returns an error if the policy is not normalized, has a value out of the
-// range SPEC §2 allows, has Rego extensions (the model does not run Rego), or has
+// range docs/policy.md allows, has Rego extensions (the model does not run Rego), or has
 // a CEL expression that does not compile or whose type is neither bool nor dyn.
 func New(agent string, p policy.Policy, at time.Time) (*Model, error) {
 	if len(p.Rego) > 0 {
@@ -191,7 +191,7 @@ func compileRule(env *celEnv, ptr string, tr policy.ToolRule) (*rule, error) {
 	return r, nil
 }
 
-// Request decides one request (SPEC §3, §4). req.At must be set.
+// Request decides one request (docs/decision-order.md). req.At must be set.
 //
 // Errors (nothing is recorded, nothing changes), checked in this order:
 // ErrBadRequest (zero At or one outside 1970…2262-04-11 (D50), empty tool, tool
@@ -231,7 +231,7 @@ func (m *Model) Request(req lineage.Request) (lineage.Verdict, error) {
 				return lineage.Verdict{}, fmt.Errorf("model: request id %q was used with another tool or other args: %w", req.ID, lineage.ErrIDConflict)
 			}
 			if e.verdict.Decision == lineage.Pending && m.termination != "" {
-				// Pending when the agent was terminated: void (SPEC §4 step 1, D51).
+				// Pending when the agent was terminated: void (docs/decision-order.md step 1, D51).
 				return lineage.Verdict{Decision: lineage.Deny, Reason: reasonTerminated, RequestID: req.ID}, nil
 			}
 			return copyVerdict(e.verdict), nil
@@ -282,7 +282,7 @@ func (m *Model) Request(req lineage.Request) (lineage.Verdict, error) {
 		m.pending[id] = e
 	}
 
-	// After the action record: terminations (SPEC §4, D6).
+	// After the action record: terminations (docs/decision-order.md, D6).
 	if v.Scar != nil {
 		m.scarScore += v.Scar.Weight
 		m.scars[v.Scar.Severity]++
@@ -300,7 +300,7 @@ func (m *Model) Request(req lineage.Request) (lineage.Verdict, error) {
 	return copyVerdict(v), nil
 }
 
-// Approve approves a pending request (SPEC §7, D8, D10): steps 3-7 of §4 run
+// Approve approves a pending request (docs/approvals.md, D8, D10): steps 3-7 of §4 run
 // again at time at against the current state; if one fails the verdict is a deny
 // with that check's reason and no scar, otherwise an allow (charged, counted,
 // windowed at at), which may terminate the agent with budget_exhausted. One
@@ -313,7 +313,7 @@ func (m *Model) Approve(requestID, approver string, at time.Time) (lineage.Verdi
 	return m.decide(requestID, approver, at, true)
 }
 
-// Reject rejects a pending request (SPEC §7): deny approval_rejected, no scar,
+// Reject rejects a pending request (docs/approvals.md): deny approval_rejected, no scar,
 // cost 0; one approval record is appended. Errors as for Approve.
 func (m *Model) Reject(requestID, approver string, at time.Time) (lineage.Verdict, error) {
 	return m.decide(requestID, approver, at, false)
@@ -367,7 +367,7 @@ func (m *Model) decide(id, approver string, at time.Time, approve bool) (lineage
 	return copyVerdict(v), nil
 }
 
-// Terminate is the kill switch (SPEC §7, D13): it appends a termination record
+// Terminate is the kill switch (docs/approvals.md, D13): it appends a termination record
 // with reason killed at time at and voids every pending request (D11).
 //
 // Errors, checked in this order: ErrBadRequest (by not a goodName, zero time),
@@ -397,7 +397,7 @@ func (m *Model) Terminate(by string, at time.Time) error {
 	return nil
 }
 
-// State returns the folded state (SPEC §8, D14) as a deep copy. Head is "": the
+// State returns the folded state (docs/decision-order.md#folded-state, D14) as a deep copy. Head is "": the
 // model has no hashes. Seq is the seq of the last record.
 func (m *Model) State() lineage.State {
 	m.mu.Lock()
@@ -436,7 +436,7 @@ func (m *Model) State() lineage.State {
 	return s
 }
 
-// check runs steps 3-7 of SPEC §4 for tool and args at time t against the current
+// check runs steps 3-7 of docs/decision-order.md for tool and args at time t against the current
 // state. ok reports that every check passed; otherwise reason is the denying
 // rule's and sev the severity of its scar ("" for no scar). r is the matched rule
 // (nil only for unlisted_tool).

@@ -17,7 +17,7 @@ var genesis = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // at is genesis + secs seconds (fractions allowed, as in case files).
 func at(secs float64) time.Time { return genesis.Add(time.Duration(secs * float64(time.Second))) }
 
-// normalize fills the defaults of SPEC §2 / D16 the way the compiler does.
+// normalize fills the defaults of docs/policy.md / D16 the way the compiler does.
 func normalize(p policy.Policy) policy.Policy {
 	if p.ScarLimit == nil {
 		l := int64(policy.DefaultScarLimit)

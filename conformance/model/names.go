@@ -19,7 +19,7 @@ func (m *Model) SetName(name string) {
 	m.name = name
 }
 
-// goodName is SPEC §7's approver (and kill switch) name, D52: not empty,
+// goodName is docs/approvals.md's approver (and kill switch) name, D52: not empty,
 // valid UTF-8 of at most 256 bytes, no white space at either end, no
 // character of categories Cc, Cf, Zl, Zp and no other default-ignorable code
 // point, and neither the agent's id nor its name in any letter case.

@@ -35,7 +35,7 @@ func TestNamesAndTimes(t *testing.T) {
 	}
 }
 
-// TestTypedState: state's fields are typed in the model's CEL too (SPEC §5).
+// TestTypedState: state's fields are typed in the model's CEL too (docs/policy.md#cel-constraints).
 func TestTypedState(t *testing.T) {
 	for _, expr := range []string{"state.remainin > 3", "state.remaining > 'ten'", "state.calls.x == 'y'", "state['budget'] > 1"} {
 		p := policy.Policy{Budget: 1, Tools: map[string]policy.ToolRule{"t": {Cost: 0, When: []policy.Constraint{{Expr: expr, Reason: "r", Scar: "minor"}}}}}

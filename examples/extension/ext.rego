@@ -1,4 +1,4 @@
-# A lineage extension (SPEC §6): e-mail may only go to our own domains, and a person
+# A lineage extension (docs/extensions.md): e-mail may only go to our own domains, and a person
 # must approve any payment over 1000. Extensions can only add denials and approval
 # requirements; they never allow what the policy denies.
 package lineage.ext.outbound
@@ -27,7 +27,7 @@ require_approval contains "large_payment" if {
 
 # Negating a helper rule is true when args.to is missing or malformed: fail closed.
 # is_string first: lower(5) would be a builtin error, and a failing extension
-# denies extension_error without a scar (SPEC §6) where this one means a severe scar.
+# denies extension_error without a scar (docs/extensions.md) where this one means a severe scar.
 recipient_allowed if {
 	is_string(input.request.args.to)
 	parts := split(lower(input.request.args.to), "@")

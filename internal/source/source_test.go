@@ -351,7 +351,7 @@ func TestEditDistance(t *testing.T) {
 }
 
 // TestConformanceSchema runs Validate with the conformance schema, which $refs
-// the policy schema by its $id: the example of SPEC §9 is valid, and a typo in
+// the policy schema by its $id: the example of docs/cases.md is valid, and a typo in
 // a case's policy is reported at its pointer and line.
 func TestConformanceSchema(t *testing.T) {
 	if !slices.Contains(schema.Names(), "conformance") {
@@ -388,7 +388,7 @@ cases:
 `
 	d := mustLoad(t, "case.yaml", src)
 	if diags := Validate(d, "conformance"); len(diags) > 0 {
-		t.Fatalf("SPEC §9 example: %v", diags)
+		t.Fatalf("docs/cases.md example: %v", diags)
 	}
 	bad := strings.Replace(src, "wire: { cost: 1, requires_approval: true }", "wire: { cost: 1, requires_aproval: true }", 1)
 	d = mustLoad(t, "case.yaml", bad)

@@ -733,7 +733,7 @@ func copyDir(t testing.TB, src, dst string) {
 	}
 }
 
-// The create-crash test (SPEC §1, D41): a child process (this test binary
+// The create-crash test (docs/log.md, D41): a child process (this test binary
 // again) creates agents as the runtime does (Create, then one Append of
 // genesis and policy) until it is killed with SIGKILL at a random moment;
 // after each kill the next writer opens the store, and every agent it lists

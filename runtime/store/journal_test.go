@@ -521,7 +521,7 @@ func (img sweepImage) check(t *testing.T, dir, what string, intactLogs, writer b
 
 // TestJournalDamageSweep: a journal damaged anywhere in its middle (each byte
 // flipped in turn; a 4 KiB block zeroed at several places) never costs a
-// record that is intact in its log (SPEC §1, D40); with the logs' tails lost
+// record that is intact in its log (docs/log.md, D40); with the logs' tails lost
 // too (a machine crash), every record lost from both copies is reported as
 // damage naming the agent and its first missing seq, never silently. A reader
 // shows the log the next writer's replay makes (the same planReplay), so every

@@ -16,6 +16,7 @@ import (
 type Memory struct {
 	logs   sync.Map // agent id → *memLog
 	closed atomic.Bool
+	shared bool
 }
 
 type memLog struct {
@@ -27,6 +28,14 @@ var _ Store = (*Memory)(nil)
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory { return &Memory{} }
+
+// NewSharedMemory returns an empty in-memory store that says it has other
+// writers (Shared): several runtimes in one process over it behave as
+// guard nodes over one database, for tests of the runtime across nodes.
+func NewSharedMemory() *Memory { return &Memory{shared: true} }
+
+// Shared implements Shared: true for a store of NewSharedMemory.
+func (m *Memory) Shared() bool { return m.shared }
 
 // Create implements Store.
 func (m *Memory) Create(agent string) error {
@@ -86,11 +95,24 @@ func (m *Memory) Scan(agent string, fn func(seq uint64, rec []byte) error) error
 	// Records below len are never written again, and a later append writes
 	// only beyond len (or into a new array), so the snapshot is safe to read
 	// without the lock.
+	return l.scan(0, fn)
+}
+
+// ScanFrom implements FromScanner.
+func (m *Memory) ScanFrom(agent string, from uint64, fn func(seq uint64, rec []byte) error) error {
+	l, err := m.log(agent)
+	if err != nil {
+		return err
+	}
+	return l.scan(from, fn)
+}
+
+func (l *memLog) scan(from uint64, fn func(seq uint64, rec []byte) error) error {
 	l.mu.Lock()
 	recs := l.recs
 	l.mu.Unlock()
-	for i, r := range recs {
-		if err := fn(uint64(i), r); err != nil {
+	for i := from; i < uint64(len(recs)); i++ {
+		if err := fn(i, recs[i]); err != nil {
 			return err
 		}
 	}

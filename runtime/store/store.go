@@ -23,7 +23,7 @@ type Store interface {
 	// Create makes a new, empty log for agent. ErrExists if the agent has a log.
 	// The log becomes durable with its first records: the Append of seq 0
 	// makes it appear whole or not at all, whenever a crash comes, and a log
-	// that a crash left without records is not listed by Agents (SPEC §1:
+	// that a crash left without records is not listed by Agents (docs/log.md:
 	// a crash during a create breaks nothing else).
 	Create(agent string) error
 	// Append writes recs as the records firstSeq, firstSeq+1, ... of agent's log.

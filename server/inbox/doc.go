@@ -1,4 +1,4 @@
-// Package inbox is the approval inbox of SPEC §13: the web pages that
+// Package inbox is the approval inbox of docs/inbox.md: the web pages that
 // `lineagec serve` serves at / for approvers and admins.
 //
 // It owns the sign-in (a bearer token exchanged for a session cookie), the

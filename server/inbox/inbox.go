@@ -27,7 +27,7 @@ type Principal struct {
 	Role string
 }
 
-// Verified is the result of verify (SPEC §1) for the agent page.
+// Verified is the result of verify (docs/log.md) for the agent page.
 type Verified struct {
 	OK      bool
 	Records int
@@ -82,7 +82,7 @@ var Patterns = []string{
 	"GET /static/{file}",
 }
 
-// Headers of every inbox response (SPEC §13): no inline script, no framing.
+// Headers of every inbox response (docs/inbox.md): no inline script, no framing.
 const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; " +
 	"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 

@@ -1,5 +1,5 @@
 // Package postgres is the store.Store of agents' logs in PostgreSQL (13 or
-// later), which several guard nodes may share (SPEC.md §12).
+// later), which several guard nodes may share (docs/stores.md).
 //
 // It owns the schema (a table of agents and a table of records keyed by
 // (agent, seq), both append-only by trigger), the mapping of PostgreSQL's
@@ -353,6 +353,24 @@ func (s *Store) length(ctx context.Context, agent string) (exists bool, n uint64
 // connection held (fn may Append). The last seq is fixed by the first chunk:
 // Scan sees what was committed when it began, and nothing appended since.
 func (s *Store) Scan(agent string, fn func(seq uint64, rec []byte) error) error {
+	return s.scan(agent, 0, fn)
+}
+
+// ScanFrom implements store.FromScanner: Scan from seq from on, which costs
+// one round trip when the runtime catches up with a log that another node
+// appended to (and finds nothing new, the common case). Beyond the log's end
+// it returns nil without asking whether the agent exists.
+func (s *Store) ScanFrom(agent string, from uint64, fn func(seq uint64, rec []byte) error) error {
+	if from > math.MaxInt64 {
+		return nil
+	}
+	return s.scan(agent, int64(from), fn)
+}
+
+// Shared implements store.Shared: other nodes may append to the database.
+func (s *Store) Shared() bool { return true }
+
+func (s *Store) scan(agent string, from int64, fn func(seq uint64, rec []byte) error) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -361,7 +379,7 @@ func (s *Store) Scan(agent string, fn func(seq uint64, rec []byte) error) error 
 		return err
 	}
 	var (
-		next  int64 // the next seq to read
+		next        = from // the next seq to read
 		last  int64 = -1
 		chunk []record
 	)
@@ -372,6 +390,9 @@ func (s *Store) Scan(agent string, fn func(seq uint64, rec []byte) error) error 
 			return err
 		}
 		if first && len(chunk) == 0 {
+			if from > 0 {
+				return nil
+			}
 			ctx, cancel := s.ctx()
 			exists, _, err := s.length(ctx, agent)
 			cancel()
@@ -416,7 +437,7 @@ func (s *Store) readChunk(agent string, from int64, first bool, last *int64, dst
 	if first {
 		rows, err = s.pool.Query(ctx, `SELECT seq, rec,
 			(SELECT max(seq) FROM lineage_records WHERE agent = $1)
-			FROM lineage_records WHERE agent = $1 ORDER BY seq LIMIT $2`, agent, scanChunk)
+			FROM lineage_records WHERE agent = $1 AND seq >= $3 ORDER BY seq LIMIT $2`, agent, scanChunk, from)
 	} else {
 		rows, err = s.pool.Query(ctx, `SELECT seq, rec FROM lineage_records
 			WHERE agent = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq LIMIT $4`, agent, from, *last, scanChunk)

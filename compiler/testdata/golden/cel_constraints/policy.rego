@@ -12,7 +12,7 @@ scar_limit := 10
 
 scar_weights := {"minor": 1, "moderate": 3, "severe": 10}
 
-# The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
+# The verdict of a request or an approval: for each tool, the steps of docs/decision-order.md in order.
 verdict := guard.denial("max_calls_exceeded", "minor") if {
 	input.request.tool == "pay_invoice"
 	input.state.tool_calls >= 5
@@ -48,7 +48,7 @@ verdict := guard.denial("max_calls_exceeded", "minor") if {
 	input.state.remaining == 2
 } else := {"decision": "allow", "reason": "ok", "cost": 2, "scar": "none", "weight": 0, "terminated": null}
 
-# CEL constraints: the first that does not hold denies (SPEC §5).
+# CEL constraints: the first that does not hold denies (docs/policy.md#cel-constraints).
 _when_0 := {"decision": "deny", "reason": "amount_over_limit", "scar": "moderate", "cost": 0} if {
 	not lineage.cel(0, input) # args.amount <= 5000
 } else := {"decision": "deny", "reason": "unsupported_currency", "scar": "minor", "cost": 0} if {

@@ -12,7 +12,7 @@ scar_limit := 10
 
 scar_weights := {"minor": 1, "moderate": 3, "severe": 10}
 
-# The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
+# The verdict of a request or an approval: for each tool, the steps of docs/decision-order.md in order.
 verdict := guard.denial("max_calls_exceeded", "minor") if {
 	input.request.tool == "deploy"
 	input.state.tool_calls >= 1

@@ -16,7 +16,7 @@ rate_max_actions := 10
 
 rate_window_ns := 5000000000
 
-# The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
+# The verdict of a request or an approval: for each tool, the steps of docs/decision-order.md in order.
 verdict := guard.denial("rate_limited", "minor") if {
 	input.request.tool == "llm_turn"
 	input.rate_kth_age_ns < 5000000000

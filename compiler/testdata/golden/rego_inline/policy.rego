@@ -13,7 +13,7 @@ scar_limit := 10
 
 scar_weights := {"minor": 1, "moderate": 3, "severe": 10}
 
-# The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
+# The verdict of a request or an approval: for each tool, the steps of docs/decision-order.md in order.
 verdict := guard.denial(d.reason, d.scar) if {
 	input.request.tool == "transfer"
 	d := ext_denial
@@ -31,7 +31,7 @@ verdict := guard.denial(d.reason, d.scar) if {
 	input.request.tool == "transfer"
 } else := guard.denial("unlisted_tool", "moderate")
 
-# Denials of the Rego extensions (SPEC §6): the strongest one denies.
+# Denials of the Rego extensions (docs/extensions.md): the strongest one denies.
 ext_denial := extlib.strongest({extlib.normalize(d) | some d in ds}) if {
 	ds := data.lineage.ext.transfers.deny
 	count(ds) > 0

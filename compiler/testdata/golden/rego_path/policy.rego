@@ -13,7 +13,7 @@ scar_limit := 10
 
 scar_weights := {"minor": 1, "moderate": 3, "severe": 10}
 
-# The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
+# The verdict of a request or an approval: for each tool, the steps of docs/decision-order.md in order.
 verdict := guard.denial(d.reason, d.scar) if {
 	input.request.tool == "shout"
 	d := ext_denial
@@ -40,7 +40,7 @@ verdict := guard.denial(d.reason, d.scar) if {
 	input.request.tool == "wire"
 } else := guard.denial("unlisted_tool", "moderate")
 
-# Denials of the Rego extensions (SPEC §6): the strongest one denies.
+# Denials of the Rego extensions (docs/extensions.md): the strongest one denies.
 _ext_denies contains d if {
 	some d in data.lineage.ext.quiet.deny
 }

@@ -12,7 +12,7 @@ scar_limit := 20
 
 scar_weights := {"minor": 2, "moderate": 5, "severe": 20}
 
-# The verdict of a request or an approval: for each tool, the steps of SPEC §4 in order.
+# The verdict of a request or an approval: for each tool, the steps of docs/decision-order.md in order.
 verdict := guard.denial("max_calls_exceeded", "minor") if {
 	input.request.tool == "browse"
 	input.state.tool_calls >= 100

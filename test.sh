@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Every test of lineage, as CI runs it (README "Set up and run"). Needs Go, Node
+# (npm) and, for the store and inbox tests, PostgreSQL's binaries and chromium
+# (.ci/run installs those on a Debian machine).
+set -euo pipefail
+cd "$(dirname "$0")"
+npm ci --prefix schema/testdata/ajv --no-audit --no-fund --loglevel=error
+npm ci --prefix mcpproxy/testdata/npm --no-audit --no-fund --loglevel=error
+go test ./... && go test -race -short ./... && go test -run '^$' -bench . -benchtime 1x ./...

@@ -39,13 +39,12 @@ type signedLogs struct {
 	m sync.Map // agent id → *signedLog
 }
 
-// signedLog is an agent's last signed checkpoint, its note, and the records it
-// covers, slimmed to what a proof needs (genesis, then seq and hash).
+// signedLog is an agent's last signed checkpoint and its note: a few hundred
+// bytes an agent, never its records (a proof reads them).
 type signedLog struct {
 	mu   sync.Mutex // held from reading the log to remembering its checkpoint
 	last *checkpoint.Checkpoint
 	note []byte
-	recs []lineage.Record
 }
 
 func (l *signedLogs) of(agent string) *signedLog {
@@ -53,56 +52,55 @@ func (l *signedLogs) of(agent string) *signedLog {
 	return v.(*signedLog)
 }
 
-// sign brings sl up to the agent's log; call with sl.mu held. A log as long
-// as the last checkpoint (the runtime's head seq, from memory) keeps it: the
-// store is read and verified only when the log grew (D151). A grown log must
-// extend the last checkpoint (D152).
-func (s *Server) sign(r *http.Request, agent string, sl *signedLog) error {
+// sign brings sl up to the agent's log; call with sl.mu held. Unless read
+// is set, a log as long as the last checkpoint (the runtime's head seq, from
+// memory) keeps it and nil records are returned: the store is read and
+// verified only when the log grew (D151). A log read must extend the last
+// checkpoint (D152); it is returned.
+func (s *Server) sign(r *http.Request, agent string, sl *signedLog, read bool) ([]lineage.Record, error) {
 	if s.cfg.CheckpointSigner == nil {
-		return newError(http.StatusNotImplemented, CodeNoCheckpointKey,
+		return nil, newError(http.StatusNotImplemented, CodeNoCheckpointKey,
 			"this server signs no checkpoints: start it with lineagec serve --checkpoint-key FILE (a key from lineagec key generate)")
 	}
-	if sl.last != nil {
+	if sl.last != nil && !read {
 		info, err := s.rt.Info(r.Context(), agent)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if info.Seq+1 == sl.last.Size {
-			return nil
+			return nil, nil
 		}
 	}
 	recs, err := s.rt.Records(agent)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(recs) < 2 {
-		return newError(http.StatusInternalServerError, CodeCorrupt, fmt.Sprintf("agent %s: the log ends before its policy record", agent))
+		return nil, newError(http.StatusInternalServerError, CodeCorrupt, fmt.Sprintf("agent %s: the log ends before its policy record", agent))
 	}
 	s.touched(agent)
 	if sl.last != nil {
 		if res := checkpoint.Verify(recs, *sl.last, nil); !res.OK {
 			s.log.Error("checkpoint: the log no longer extends the last signed checkpoint", "agent", agent,
 				"checkpoint_size", sl.last.Size, "records", len(recs), "reason", res.Reason)
-			return newError(http.StatusInternalServerError, CodeCheckpointDiverged, fmt.Sprintf(
+			return nil, newError(http.StatusInternalServerError, CodeCheckpointDiverged, fmt.Sprintf(
 				"agent %s: the log of %d records is not an extension of the checkpoint of %d records this server signed (head %s): %s",
 				agent, len(recs), sl.last.Size, sl.last.Head, res.Reason))
 		}
 	}
+	if sl.last != nil && sl.last.Size == uint64(len(recs)) {
+		return recs, nil // the same log (Verify said so): the same note
+	}
 	c, err := checkpoint.New(recs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	note, err := checkpoint.Sign(c, s.cfg.CheckpointSigner)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	slim := make([]lineage.Record, len(recs))
-	slim[0] = recs[0]
-	for i := 1; i < len(recs); i++ {
-		slim[i] = lineage.Record{Seq: recs[i].Seq, Hash: recs[i].Hash}
-	}
-	sl.last, sl.note, sl.recs = &c, note, slim
-	return nil
+	sl.last, sl.note = &c, note
+	return recs, nil
 }
 
 func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, _ Principal) error {
@@ -112,7 +110,7 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, _ Principal)
 	}
 	sl := s.ckpts.of(agent)
 	sl.mu.Lock()
-	err := s.sign(r, agent, sl)
+	_, err := s.sign(r, agent, sl, false)
 	note := sl.note
 	sl.mu.Unlock()
 	if err != nil {
@@ -147,8 +145,7 @@ func (s *Server) proof(w http.ResponseWriter, r *http.Request, _ Principal) erro
 	}
 	sl := s.ckpts.of(agent)
 	sl.mu.Lock()
-	err = s.sign(r, agent, sl)
-	recs := sl.recs // never changed in place: sign makes a new slice
+	recs, err := s.sign(r, agent, sl, true)
 	sl.mu.Unlock()
 	if err != nil {
 		return err

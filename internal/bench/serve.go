@@ -38,7 +38,8 @@ type ServeOptions struct {
 	Clients  []int         // concurrent clients of each level (default 1, 16, 64)
 	Agents   int           // agents per level (default 64); agent i is driven by client i % clients
 	Requests int           // decisions per agent at most (default 200)
-	Duration time.Duration // a level ends after this long, or when the decisions run out (default 3 s)
+	Duration time.Duration // a target's round ends after this long, or when the decisions run out (default 2 s)
+	Rounds   int           // rounds per level, the three targets in turn in each (default 3)
 	Dir      string        // where the file stores go ("": a temporary directory)
 	Progress io.Writer
 }
@@ -103,7 +104,10 @@ func (o *ServeOptions) defaults() error {
 		o.Requests = 200
 	}
 	if o.Duration == 0 {
-		o.Duration = 3 * time.Second
+		o.Duration = 2 * time.Second
+	}
+	if o.Rounds == 0 {
+		o.Rounds = 3
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -113,8 +117,8 @@ func (o *ServeOptions) defaults() error {
 			return fmt.Errorf("bench serve: clients must be at least 1, not %d", c)
 		}
 	}
-	if o.Agents < 0 || o.Requests < 0 || o.Duration < 0 {
-		return fmt.Errorf("bench serve: sizes must not be negative (agents %d, requests %d, duration %s)", o.Agents, o.Requests, o.Duration)
+	if o.Agents < 0 || o.Requests < 0 || o.Duration < 0 || o.Rounds < 0 {
+		return fmt.Errorf("bench serve: sizes must not be negative (agents %d, requests %d, duration %s, rounds %d)", o.Agents, o.Requests, o.Duration, o.Rounds)
 	}
 	return nil
 }
@@ -195,40 +199,50 @@ func RunServe(ctx context.Context, o ServeOptions) (*ServeResult, error) {
 		}
 		defer os.RemoveAll(dir)
 	}
+	// The targets take turns, round by round, so that a change in the
+	// machine's load falls on all three alike; a row sums its rounds.
+	type acc struct {
+		lat  []time.Duration
+		wall time.Duration
+	}
 	for li, n := range o.Clients {
-		// (a) OPA: each agent's recorded inputs, in order, to its policy's server.
-		lat, wall, err := driveFor(ctx, o.Agents, n, o.Duration, func(i, k int) (bool, error) {
-			if k >= len(inputs[i]) {
-				return false, nil
-			}
-			return true, opa.eval(ctx, hc, ws[i%len(ws)].compiled.Digest, inputs[i][k])
-		})
-		if err != nil {
-			return nil, fmt.Errorf("bench serve: OPA: %w", err)
-		}
-		res.Rows = append(res.Rows, row("opa", n, lat, wall))
-		say("%s", res.Rows[len(res.Rows)-1])
-
-		for _, target := range []string{"memory", "file"} {
-			var st store.Store = store.NewMemory()
-			var fs *store.File
-			if target == "file" {
-				if fs, err = store.OpenFile(fmt.Sprintf("%s/level-%d", dir, li), store.FileOptions{}); err != nil {
-					return nil, err
+		sums := map[string]*acc{"opa": {}, "memory": {}, "file": {}}
+		for round := 0; round < o.Rounds; round++ {
+			// (a) OPA: each agent's recorded inputs, in order, to its policy's server.
+			lat, wall, err := driveFor(ctx, o.Agents, n, o.Duration, func(i, k int) (bool, error) {
+				if k >= len(inputs[i]) {
+					return false, nil
 				}
-				st = fs
-				res.FileSyncMode = fs.SyncMode().String()
-			}
-			lat, wall, err := driveService(ctx, st, hc, newRuns(), n, o.Duration)
-			if fs != nil {
-				if cerr := fs.Close(); err == nil {
-					err = cerr
-				}
-			}
+				return true, opa.eval(ctx, hc, ws[i%len(ws)].compiled.Digest, inputs[i][k])
+			})
 			if err != nil {
-				return nil, fmt.Errorf("bench serve: %s store: %w", target, err)
+				return nil, fmt.Errorf("bench serve: OPA: %w", err)
 			}
-			res.Rows = append(res.Rows, row(target, n, lat, wall))
+			sums["opa"].lat, sums["opa"].wall = append(sums["opa"].lat, lat...), sums["opa"].wall+wall
+			for _, target := range []string{"memory", "file"} {
+				var st store.Store = store.NewMemory()
+				var fs *store.File
+				if target == "file" {
+					if fs, err = store.OpenFile(fmt.Sprintf("%s/level-%d-%d", dir, li, round), store.FileOptions{}); err != nil {
+						return nil, err
+					}
+					st = fs
+					res.FileSyncMode = fs.SyncMode().String()
+				}
+				lat, wall, err := driveService(ctx, st, hc, newRuns(), n, o.Duration)
+				if fs != nil {
+					if cerr := fs.Close(); err == nil {
+						err = cerr
+					}
+				}
+				if err != nil {
+					return nil, fmt.Errorf("bench serve: %s store: %w", target, err)
+				}
+				sums[target].lat, sums[target].wall = append(sums[target].lat, lat...), sums[target].wall+wall
+			}
+		}
+		for _, target := range []string{"opa", "memory", "file"} {
+			res.Rows = append(res.Rows, row(target, n, sums[target].lat, sums[target].wall))
 			say("%s", res.Rows[len(res.Rows)-1])
 		}
 	}

@@ -146,6 +146,7 @@ func runBenchServe(ctx context.Context, p benchServeParams, stdout, stderr io.Wr
 	fmt.Fprintf(stdout, "workload: %d decisions: %d allowed, %d denied, %d pending\n", res.Workload.Decisions, res.Workload.Allowed, res.Workload.Denied, res.Workload.Pending)
 	fmt.Fprintf(stdout, "(c) over (a) at the most clients: %.2f× (target met: %v); (b) p50 at 1 client <= 100µs: %v\n",
 		res.FileOverOPA, res.FileTargetMet, res.MemoryTargetMet)
+	fmt.Fprintf(stdout, "GET /health, 1 client (the HTTP floor): p50 %s, p99 %s\n", ns(res.HealthP50), ns(res.HealthP99))
 	fmt.Fprintf(stdout, "file store sync: %s; GOMAXPROCS %d, GOGC %s\n", res.FileSyncMode, res.GOMAXPROCS, res.GOGC)
 	return nil
 }

@@ -64,8 +64,12 @@ type ServeResult struct {
 	FileTargetMet   bool   `json:"file_target_met"`
 	MemoryTargetMet bool   `json:"memory_target_met"`
 	FileSyncMode    string `json:"file_sync_mode"`
-	GOMAXPROCS      int    `json:"gomaxprocs"`
-	GOGC            string `json:"gogc"`
+	// HealthP50 and HealthP99 are GET /health's, one client: the HTTP round
+	// trip with no decision, the floor under (b)'s p50.
+	HealthP50  int64  `json:"health_p50_ns"`
+	HealthP99  int64  `json:"health_p99_ns"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	GOGC       string `json:"gogc"`
 }
 
 // servePolicies are the workload's policies as the service benchmark runs
@@ -246,6 +250,12 @@ func RunServe(ctx context.Context, o ServeOptions) (*ServeResult, error) {
 			say("%s", res.Rows[len(res.Rows)-1])
 		}
 	}
+	// The floor of one call: GET /health (no body, no decision) on the same
+	// transport, one client.
+	if res.HealthP50, res.HealthP99, err = healthFloor(ctx, hc, 2000); err != nil {
+		return nil, err
+	}
+	say("GET /health, 1 client: p50 %s, p99 %s", time.Duration(res.HealthP50), time.Duration(res.HealthP99))
 	res.targets()
 	return res, nil
 }
@@ -386,6 +396,34 @@ func driveService(ctx context.Context, st store.Store, hc *http.Client, runs []*
 		a.saw(o, v)
 		return true, err
 	})
+}
+
+// healthFloor times n calls of GET /health of the service on a memory store.
+func healthFloor(ctx context.Context, hc *http.Client, n int) (int64, int64, error) {
+	srv, err := server.New(server.Config{Runtime: runtime.Open(store.NewMemory(), runtime.Options{Compile: compile}), Key: server.NewKey()})
+	if err != nil {
+		return 0, 0, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, 0, err
+	}
+	hs := srv.HTTPServer("")
+	go hs.Serve(ln)
+	defer hs.Close()
+	c, err := client.New("http://"+ln.Addr().String(), "", hc)
+	if err != nil {
+		return 0, 0, err
+	}
+	lat := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		if err := c.Health(ctx); err != nil {
+			return 0, 0, err
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	return percentile(lat, 50), percentile(lat, 99), nil
 }
 
 // opaServers are OPA's own servers (package opa/v1/server with its plugin

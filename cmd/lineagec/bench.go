@@ -110,21 +110,11 @@ clients with p99 <= 10ms; (b) p50 <= 100µs at 1 client.
 }
 
 func runBenchServe(ctx context.Context, p benchServeParams, stdout, stderr io.Writer) error {
-	if os.Getenv("GOGC") == "" && p.gogc >= 0 {
-		debug.SetGCPercent(p.gogc)
-		os.Setenv("GOGC", strconv.Itoa(p.gogc))
+	stop, err := benchSetup(p.gogc, p.cpuProfile)
+	if err != nil {
+		return err
 	}
-	if p.cpuProfile != "" {
-		f, err := os.Create(p.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
+	defer stop()
 	res, err := bench.RunServe(ctx, bench.ServeOptions{Clients: p.clients, Agents: p.agents, Requests: p.requests,
 		Duration: p.duration, Rounds: p.rounds, Progress: stderr})
 	if err != nil {
@@ -173,24 +163,35 @@ the mix it measured (the "workload" line; in --json, "workload").`,
 		benchMix.pending)
 }
 
-func runBench(ctx context.Context, p benchParams, stdout, stderr io.Writer) error {
-	if os.Getenv("GOGC") == "" && p.gogc >= 0 {
+// benchSetup sets the GC percent of a bench run and starts its CPU profile;
+// stop ends the profile.
+func benchSetup(gogc int, cpuProfile string) (stop func(), err error) {
+	if os.Getenv("GOGC") == "" && gogc >= 0 {
 		// OPA's evaluation allocates briskly; a larger heap target halves its GC cost.
 		// Every path is measured under the same setting.
-		debug.SetGCPercent(p.gogc)
-		os.Setenv("GOGC", strconv.Itoa(p.gogc))
+		debug.SetGCPercent(gogc)
+		os.Setenv("GOGC", strconv.Itoa(gogc))
 	}
-	if p.cpuProfile != "" {
-		f, err := os.Create(p.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	if cpuProfile == "" {
+		return func() {}, nil
 	}
+	f, err := os.Create(cpuProfile)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+func runBench(ctx context.Context, p benchParams, stdout, stderr io.Writer) error {
+	stop, err := benchSetup(p.gogc, p.cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	res, err := bench.Run(ctx, bench.Options{
 		Agents: p.agents, FileAgents: p.fileAgents, Requests: p.requests, Store: p.store,
 		LongLog: p.longLog, IdleAgents: p.idle, Dir: "", Progress: stderr,

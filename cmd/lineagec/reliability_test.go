@@ -218,11 +218,23 @@ func (g *loadRig) run(stop <-chan struct{}, tolerant bool) {
 
 // check reads the data directory (the server stopped) and checks every
 // acknowledged verdict against the logs, every log's verification, and the
-// state as the fold of the log, budgets and max_calls exact. It returns the
-// records by agent.
+// state as the fold of the log, budgets and max_calls exact; each problem
+// is a test error. It returns the records by agent.
 func (g *loadRig) check() map[string][]lineage.Record {
+	g.t.Helper()
+	logs, problems := g.problems()
+	for _, p := range problems {
+		g.t.Error(p)
+	}
+	return logs
+}
+
+// problems is check's work: the records by agent and what is wrong.
+func (g *loadRig) problems() (map[string][]lineage.Record, []string) {
 	t := g.t
 	t.Helper()
+	var problems []string
+	bad := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
 	st, err := store.OpenFile(g.data, store.FileOptions{ReadOnly: true})
 	if err != nil {
 		t.Fatalf("the data directory does not open: %v", err)
@@ -248,16 +260,16 @@ func (g *loadRig) check() map[string][]lineage.Record {
 	for _, id := range ids {
 		recs, err := rt.Records(id)
 		if err != nil {
-			t.Errorf("agent %s: the log does not verify: %v", id, err)
+			bad("agent %s: the log does not verify: %v", id, err)
 			continue
 		}
 		logs[id] = recs
 		s, err := rt.State(context.Background(), id)
 		if err != nil {
-			t.Errorf("agent %s: the state does not open: %v", id, err)
+			bad("agent %s: the state does not open: %v", id, err)
 			continue
 		}
-		checkFold(t, id, recs, s)
+		checkFold(bad, id, recs, s)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -266,12 +278,12 @@ func (g *loadRig) check() map[string][]lineage.Record {
 		if a.v.Reason == "terminated" && !a.approval {
 			// deny terminated: nothing appended (§4 step 2), and the log is sealed
 			if !ok || recs[len(recs)-1].Kind != lineage.KindTermination {
-				t.Errorf("agent %s: %s was denied terminated, but the log is not sealed", a.agent, a.id)
+				bad("agent %s: %s was denied terminated, but the log is not sealed", a.agent, a.id)
 			}
 			continue
 		}
 		if !ok || a.v.Seq >= uint64(len(recs)) {
-			t.Errorf("agent %s: the verdict of %s (seq %d) was answered 200 but is not in the log", a.agent, a.id, a.v.Seq)
+			bad("agent %s: the verdict of %s (seq %d) was answered 200 but is not in the log", a.agent, a.id, a.v.Seq)
 			continue
 		}
 		rec := recs[a.v.Seq]
@@ -287,20 +299,19 @@ func (g *loadRig) check() map[string][]lineage.Record {
 			_ = json.Unmarshal(rec.Body, &b)
 			got, gotID = b.Verdict, b.Request.ID
 		default:
-			t.Errorf("agent %s: the verdict of %s (approval %v) was answered at seq %d, a %s record", a.agent, a.id, a.approval, a.v.Seq, rec.Kind)
+			bad("agent %s: the verdict of %s (approval %v) was answered at seq %d, a %s record", a.agent, a.id, a.approval, a.v.Seq, rec.Kind)
 			continue
 		}
 		if gotID != a.id || got.Decision != a.v.Decision || got.Reason != a.v.Reason || got.Cost != a.v.Cost || got.Terminated != a.v.Terminated {
-			t.Errorf("agent %s seq %d: answered %s %+v, logged %s %+v", a.agent, a.v.Seq, a.id, a.v, gotID, got)
+			bad("agent %s seq %d: answered %s %+v, logged %s %+v", a.agent, a.v.Seq, a.id, a.v, gotID, got)
 		}
 	}
-	return logs
+	return logs, problems
 }
 
 // checkFold: the state the runtime replays is the fold of the log, the budget
 // held exactly and max_calls exactly.
-func checkFold(t *testing.T, id string, recs []lineage.Record, s lineage.State) {
-	t.Helper()
+func checkFold(bad func(string, ...any), id string, recs []lineage.Record, s lineage.State) {
 	var spent int64
 	calls := map[string]int64{}
 	tools := map[string]string{} // request id → tool
@@ -311,7 +322,8 @@ func checkFold(t *testing.T, id string, recs []lineage.Record, s lineage.State) 
 		case lineage.KindAction:
 			var b lineage.ActionBody
 			if err := json.Unmarshal(rec.Body, &b); err != nil {
-				t.Fatalf("agent %s seq %d: %v", id, rec.Seq, err)
+				bad("agent %s seq %d: %v", id, rec.Seq, err)
+				return
 			}
 			tools[b.Request.ID] = b.Request.Tool
 			if b.Verdict.Decision == lineage.Allow {
@@ -324,7 +336,8 @@ func checkFold(t *testing.T, id string, recs []lineage.Record, s lineage.State) 
 		case lineage.KindApproval:
 			var b lineage.ApprovalBody
 			if err := json.Unmarshal(rec.Body, &b); err != nil {
-				t.Fatalf("agent %s seq %d: %v", id, rec.Seq, err)
+				bad("agent %s seq %d: %v", id, rec.Seq, err)
+				return
 			}
 			if b.Verdict.Decision == lineage.Allow {
 				spent += b.Verdict.Cost
@@ -337,19 +350,19 @@ func checkFold(t *testing.T, id string, recs []lineage.Record, s lineage.State) 
 		}
 	}
 	if s.Seq != uint64(len(recs)-1) || s.Spent != spent || s.Termination != sealed {
-		t.Errorf("agent %s: state seq %d spent %d termination %q; the log: %d records, spent %d, termination %q",
+		bad("agent %s: state seq %d spent %d termination %q; the log: %d records, spent %d, termination %q",
 			id, s.Seq, s.Spent, s.Termination, len(recs), spent, sealed)
 	}
 	for tool, n := range calls {
 		if s.Calls[tool] != n {
-			t.Errorf("agent %s: state calls[%s] = %d, the log allowed %d", id, tool, s.Calls[tool], n)
+			bad("agent %s: state calls[%s] = %d, the log allowed %d", id, tool, s.Calls[tool], n)
 		}
 	}
 	if spent > loadBudget || (sealed == lineage.BudgetExhausted) != (spent == loadBudget) {
-		t.Errorf("agent %s: spent %d of a budget of %d, termination %q", id, spent, loadBudget, sealed)
+		bad("agent %s: spent %d of a budget of %d, termination %q", id, spent, loadBudget, sealed)
 	}
 	if calls["m"] > loadMaxCalls || (deniedMax && calls["m"] != loadMaxCalls) {
-		t.Errorf("agent %s: m allowed %d times (max_calls %d, a max_calls denial: %v)", id, calls["m"], loadMaxCalls, deniedMax)
+		bad("agent %s: m allowed %d times (max_calls %d, a max_calls denial: %v)", id, calls["m"], loadMaxCalls, deniedMax)
 	}
 }
 
@@ -389,6 +402,22 @@ func TestServeLoad(t *testing.T) {
 		}
 	}
 	t.Logf("%d verdicts answered, %d agents, %d ran out of budget", len(g.acks), len(logs), sealed)
+	// The checks can fail: a verdict the log does not have, and one it has
+	// otherwise, are both found.
+	var kept ack
+	for _, a := range g.acks {
+		if a.v.Reason != "terminated" {
+			kept = a
+		}
+	}
+	g.acks = append(g.acks, ack{agent: kept.agent, id: "forged", v: lineage.Verdict{Decision: lineage.Allow, Seq: 1 << 20}})
+	changed := kept
+	changed.v.Cost++
+	g.acks = append(g.acks, changed)
+	if _, problems := g.problems(); len(problems) != 2 {
+		t.Errorf("two forged verdicts, %d problems found: %q", len(problems), problems)
+	}
+	g.acks = g.acks[:len(g.acks)-2]
 	if len(g.acks) < loadClients || (sealed == 0 && !testing.Short()) {
 		t.Errorf("the load did too little: %d verdicts, %d agents sealed", len(g.acks), sealed)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/conformance"
@@ -95,7 +97,7 @@ func TestReadmeQuickStart(t *testing.T) {
 	}
 	var checks []check
 	policyWritten := false
-	for _, f := range fences(t, "Quick start") {
+	for _, f := range fences(t, "Quick start: the CLI on a local store") {
 		switch f.lang {
 		case "yaml":
 			// Run what came before, then check the schema the first line names.
@@ -310,6 +312,134 @@ func numbered(src string) string {
 		fmt.Fprintf(&b, "%3d  %s\n", i+1, l)
 	}
 	return b.String()
+}
+
+// serviceClaimRE is a comment of the service Quick start: "# → allow, cost 0"
+// (claims about the JSON a curl line prints, as checkClaim reads them) or
+// "# prints: a, b" (text the line's output must contain).
+var serviceClaimRE = regexp.MustCompile(`\s+#\s+(→|prints:)\s*(.*)$`)
+
+// TestReadmeService runs the service Quick start as written, in a fresh
+// directory: `bin/lineagec serve &` with no flags but the port (a free one
+// instead of 8181, in every line and in agent.py), the curl lines, the Python
+// agent loop (if python3 is here), and `kill %1`; then serve must have exited
+// 0 and the agent's log must verify with every decision in it.
+func TestReadmeService(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds lineagec and runs a server")
+	}
+	for _, tool := range []string{"bash", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("the service Quick start needs %s: %v", tool, err)
+		}
+	}
+	_, pyErr := exec.LookPath("python3")
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	local := func(s string) string { return strings.ReplaceAll(s, "127.0.0.1:8181", addr) }
+
+	type check struct {
+		line, cmd, kind string
+		claims          []string
+	}
+	var checks []check
+	var script strings.Builder
+	python := false
+	for _, f := range fences(t, "Quick start: the service") {
+		switch f.lang {
+		case "python":
+			if err := os.WriteFile(filepath.Join(dir, "agent.py"), []byte(local(f.text)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			python = true
+		case "sh":
+			for i, l := range strings.Split(strings.TrimSpace(f.text), "\n") {
+				where := fmt.Sprintf("README.md:%d", f.line+1+i)
+				if l == "go build -o bin/lineagec ./cmd/lineagec" {
+					buildLineagec(t, dir)
+					continue
+				}
+				c := check{line: where, cmd: l}
+				if m := serviceClaimRE.FindStringSubmatch(l); m != nil {
+					c.cmd, c.kind = strings.TrimSpace(l[:len(l)-len(m[0])]), m[1]
+					c.claims = strings.Split(m[2], ", ")
+				} else if k := strings.Index(l, "  #"); k >= 0 {
+					c.cmd = strings.TrimSpace(l[:k])
+				}
+				if strings.Contains(c.cmd, "python3") && pyErr != nil {
+					t.Logf("%s: no python3 here, not run: %s", where, c.cmd)
+					continue
+				}
+				if c.cmd == "bin/lineagec serve &" {
+					c.cmd = "bin/lineagec serve --addr " + addr + " &"
+				}
+				n := len(checks)
+				fmt.Fprintf(&script, "{ %s\n} >out.%d 2>err.%d; echo $? >rc.%d\n", local(c.cmd), n, n, n)
+				checks = append(checks, c)
+			}
+		}
+	}
+	if !python || len(checks) < 8 {
+		t.Fatalf("README.md: the service Quick start has %d shell lines and python %v", len(checks), python)
+	}
+	// After the README's own lines: serve's exit status, and the log verified.
+	script.WriteString("wait %1; echo $? >serve.rc\nbin/lineagec verify \"$AGENT\" >verify.out 2>&1\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", "set +e\n"+script.String())
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "LINEAGE_DATA=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("bash: %v\n%s", err, out)
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	for n, c := range checks {
+		out, stderr := read(fmt.Sprintf("out.%d", n)), read(fmt.Sprintf("err.%d", n))
+		if rc := read(fmt.Sprintf("rc.%d", n)); rc != "0" {
+			t.Errorf("%s: %s\nexit %s\nstdout: %s\nstderr: %s", c.line, c.cmd, rc, out, stderr)
+			continue
+		}
+		switch c.kind {
+		case "→":
+			var v map[string]any
+			if err := json.Unmarshal([]byte(out), &v); err != nil {
+				t.Errorf("%s: %s\nprinted %q, not one JSON object: %v", c.line, c.cmd, out, err)
+				continue
+			}
+			for _, claim := range c.claims {
+				if err := checkClaim(v, claim); err != nil {
+					t.Errorf("%s: %s\nthe comment says %q: %v\nprinted %s", c.line, c.cmd, claim, err, out)
+				}
+			}
+		case "prints:":
+			for _, claim := range c.claims {
+				if !strings.Contains(out, claim) {
+					t.Errorf("%s: %s\nthe comment says it prints %q; it printed\n%s\nstderr: %s", c.line, c.cmd, claim, out, stderr)
+				}
+			}
+		}
+	}
+	if rc := read("serve.rc"); rc != "0" {
+		t.Errorf("serve exited %s after kill %%1", rc)
+	}
+	want := "ok: 5 records"
+	if pyErr == nil {
+		want = "ok: 7 records"
+	}
+	if got := read("verify.out"); !strings.HasPrefix(got, want) {
+		t.Errorf("lineagec verify of the agent: %s, want %s", got, want)
+	}
 }
 
 // TestWalkthrough runs walkthrough.sh (the README's main job) to its end. Its

@@ -6,7 +6,10 @@
 # read (allow), a tripwire tool (deny, moderate scar), a payment that needs a
 # person (pending), its approval (allow), the state, the log, a verified
 # chain, and a tampered copy of the log that fails verification at the
-# record that was changed. Each command is echoed before it runs.
+# record that was changed. Then the same agent through the service: lineagec
+# serve in the background on a free loopback port, a payment requested and
+# approved over HTTP (the CLI as a client), SIGTERM, and the log verified
+# with the two new records. Each command is echoed before it runs.
 #
 # Usage: bash walkthrough.sh
 # The agent's data goes to $LINEAGE_DATA if set (kept), else to a fresh
@@ -121,6 +124,49 @@ echo "(verify exited $status, as it should)"
 # The log itself is intact.
 lc verify "$agent"
 expect '^ok: 6 records'
+
+# The service: serve owns the data directory now; the CLI talks to it over HTTP.
+echo
+echo "\$ lineagec serve --addr 127.0.0.1:0 &"
+"$LINEAGEC" serve --addr 127.0.0.1:0 2>"$scratch/serve.log" &
+serve_pid=$!
+url=
+for _ in $(seq 300); do
+	url=$(sed -n 's/^lineagec: serving .* on \(http:[^ ]*\)$/\1/p' "$scratch/serve.log")
+	[ -n "$url" ] && break
+	kill -0 "$serve_pid" 2>/dev/null || break
+	sleep 0.1
+done
+cat "$scratch/serve.log"
+[ -n "$url" ] || fail "serve did not start"
+export LINEAGE_SERVER=$url
+LINEAGE_TOKEN=$(cat "$LINEAGE_DATA/admin.token")
+export LINEAGE_TOKEN
+echo "(LINEAGE_SERVER=$url, LINEAGE_TOKEN from $LINEAGE_DATA/admin.token)"
+
+# A second payment, over HTTP: pending, exit 3.
+lc request "$agent" pay_invoice --id pay-2 --args '{"invoice":"INV-1043","amount":80}' || test $? -eq 3
+expect '"decision":"pending","reason":"approval_required"'
+
+lc pending
+expect "pay-2"
+
+# The approver is the token's principal ("admin"), never a flag.
+lc approve "$agent" pay-2
+expect '"decision":"allow".*"cost":1'
+
+# SIGTERM: serve finishes what is in flight, closes the store, exits 0.
+echo
+echo "\$ kill -TERM $serve_pid"
+kill -TERM "$serve_pid"
+status=0
+wait "$serve_pid" || status=$?
+[ "$status" -eq 0 ] || fail "serve exited $status after SIGTERM, want 0"
+echo "(serve exited 0)"
+unset LINEAGE_SERVER LINEAGE_TOKEN
+
+lc verify "$agent"
+expect '^ok: 8 records'
 
 echo
 echo "walkthrough: ok"

@@ -3,6 +3,7 @@ package checkpoint_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -255,6 +256,34 @@ func decode(t testing.TB, b64 []string) [][]byte {
 	return out
 }
 
+// editPolicy raises a policy body's budget and recomputes its digest, as a
+// forger who can write the folder would (verify then passes on its own).
+func editPolicy(t testing.TB, body []byte) []byte {
+	t.Helper()
+	var b struct {
+		Digest string         `json:"digest"`
+		Policy map[string]any `json:"policy"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil {
+		t.Fatal(err)
+	}
+	b.Policy["budget"] = 1000
+	doc, err := json.Marshal(b.Policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc, err = jcs.Transform(doc); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(doc)
+	b.Digest = "sha256:" + hex.EncodeToString(sum[:])
+	out, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func TestDivergenceIsNamed(t *testing.T) {
 	skey, vkey := keys(t, "lineage-test")
 	tools := []string{"read", "pay", "read", "run_shell", "read"}
@@ -290,6 +319,9 @@ func TestDivergenceIsNamed(t *testing.T) {
 		}{name: fmt.Sprintf("rewrite of seq %d", k), log: rehash(t, longer, k, func(b []byte) []byte {
 			if bytes.Contains(b, []byte(`"bot"`)) { // genesis: rename the agent's name
 				return bytes.Replace(b, []byte(`"bot"`), []byte(`"bob"`), 1)
+			}
+			if bytes.Contains(b, []byte(`"digest":`)) { // policy: a bigger budget, its digest recomputed
+				return editPolicy(t, b)
 			}
 			return bytes.Replace(b, []byte(`":"`), []byte(`":"x`), 1) // the first string value gets an x
 		}), list: want{uint64(k), uint64(k), "rewritten"}, bare: want{0, 6, "do not match"}})

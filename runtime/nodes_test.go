@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
 )
@@ -284,5 +285,36 @@ func TestNodesClockBehind(t *testing.T) {
 	}
 	if got := recs[v.Seq].At.Time; !got.Equal(sec(10)) {
 		t.Fatalf("b recorded r2 at %s, want %s (a's last record)", got, sec(10))
+	}
+}
+
+// TestReloadDoesNotRecompile: an agent that left the table comes back by
+// replaying its log, and its policy, whose digest this runtime already
+// prepared, is not compiled again (compileKnown; a restart still compiles
+// each policy once).
+func TestReloadDoesNotRecompile(t *testing.T) {
+	o := opts("reload")
+	o.MaxAgents = 1
+	var compiles atomic.Int64
+	o.Compile = func(doc []byte) (*policy.Compiled, error) {
+		compiles.Add(1)
+		return compileDoc(doc)
+	}
+	st := store.NewMemory()
+	rt := runtime.Open(st, o)
+	c := mustCompileYAML(t, nodesPolicy)
+	a := mustCreate(t, rt, c, runtime.CreateOptions{})
+	b := mustCreate(t, rt, c, runtime.CreateOptions{}) // a leaves the table
+	for i, id := range []string{a, b, a, b} {
+		mustRequest(t, rt, id, lineage.Request{Tool: "t", At: sec(float64(i))})
+	}
+	if n := compiles.Load(); n != 0 {
+		t.Fatalf("%d compilations for agents reloaded under a prepared policy, want 0", n)
+	}
+	// A policy the runtime never prepared is compiled (and checked) on open.
+	rt2 := runtime.Open(st, o)
+	mustRequest(t, rt2, a, lineage.Request{Tool: "t", At: sec(9)})
+	if n := compiles.Load(); n != 1 {
+		t.Fatalf("%d compilations opening an agent in a fresh runtime, want 1", n)
 	}
 }

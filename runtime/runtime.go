@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -65,6 +66,8 @@ type engineSlot struct {
 	once sync.Once
 	eng  *engine
 	err  error
+	// compiled is set once eng is ready: the policy it was prepared for.
+	compiled atomic.Pointer[policy.Compiled]
 }
 
 type agent struct {
@@ -108,7 +111,12 @@ func (r *Runtime) engineFor(ctx context.Context, c *policy.Compiled) (*engine, e
 		r.engines[c.Digest] = slot
 	}
 	r.mu.Unlock()
-	slot.once.Do(func() { slot.eng, slot.err = newEngine(ctx, c, r.opts.EvalDeadline) })
+	slot.once.Do(func() {
+		slot.eng, slot.err = newEngine(ctx, c, r.opts.EvalDeadline)
+		if slot.err == nil {
+			slot.compiled.Store(c)
+		}
+	})
 	if slot.err != nil {
 		r.mu.Lock()
 		if r.engines[c.Digest] == slot {
@@ -117,6 +125,24 @@ func (r *Runtime) engineFor(ctx context.Context, c *policy.Compiled) (*engine, e
 		r.mu.Unlock()
 	}
 	return slot.eng, slot.err
+}
+
+// compileKnown compiles a policy document read from a log (Options.Compile),
+// unless this runtime already prepared an engine for a policy of the same
+// digest: the digest is the hash of the document's bytes, and compiling is
+// deterministic, so that document compiles to its digest again (the check of
+// D53 holds) and an agent reopened after it left the table (MaxAgents,
+// IdleTimeout) costs a replay, not a compilation.
+func (r *Runtime) compileKnown(doc []byte) (*policy.Compiled, error) {
+	r.mu.Lock()
+	slot := r.engines[hashText(doc)]
+	r.mu.Unlock()
+	if slot != nil {
+		if c := slot.compiled.Load(); c != nil {
+			return c, nil
+		}
+	}
+	return r.opts.Compile(doc)
 }
 
 // Create options for a new agent.
@@ -202,7 +228,7 @@ func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
 		return nil, fmt.Errorf("agent %s: the runtime has no compiler to load its policy", id)
 	}
 	f := newFolded()
-	fo := folder{f: f, compile: r.opts.Compile}
+	fo := folder{f: f, compile: r.compileKnown}
 	err := r.store.Scan(id, fo.line)
 	compiled := fo.compiled
 	if errors.Is(err, store.ErrNotFound) {

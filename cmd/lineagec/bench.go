@@ -60,7 +60,85 @@ measures an idle agent's state. Progress goes to stderr; --json prints one objec
 	f.BoolVar(&p.json, "json", false, "print the results as one JSON object")
 	f.IntVar(&p.gogc, "gogc", 400, "GC percent for the run (GOGC overrides; -1 leaves the default)")
 	f.StringVar(&p.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to FILE (go tool pprof)")
+	cmd.AddCommand(newBenchServeCmd(g))
 	return cmd
+}
+
+type benchServeParams struct {
+	*globalParams
+	clients          []int
+	agents, requests int
+	rounds           int
+	duration         time.Duration
+	json             bool
+	gogc             int
+	cpuProfile       string
+}
+
+func newBenchServeCmd(g *globalParams) *cobra.Command {
+	p := benchServeParams{globalParams: g}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Measure the guard service over HTTP beside OPA's own server",
+		Long: `Bench serve drives one request mix (bench's invoice and extension policies,
+without their rate limit; D140) over HTTP/1.1 keep-alive on loopback, from one
+load generator, against
+  (a) OPA's own server (opa/v1/server), one per policy, evaluating the compiled
+      Rego on the very inputs the runtime built for these decisions,
+  (b) the guard service (lineagec serve's handler) on the memory store,
+  (c) the guard service on the file store, durable,
+at each level of --clients, side by side: the targets take turns, --rounds
+times per level, each on fresh agents. It prints decisions/s, p50 and p99 of
+each, and whether the targets hold: (c) at least (a)'s throughput at the most
+clients with p99 <= 10ms; (b) p50 <= 100µs at 1 client.
+` + exitCodesHelp,
+		Args: argsUsage(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runBenchServe(cmd.Context(), p, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.IntSliceVar(&p.clients, "clients", []int{1, 16, 64}, "levels of concurrent clients")
+	f.IntVar(&p.agents, "agents", 64, "agents per level (agent i is driven by client i % clients)")
+	f.IntVar(&p.requests, "requests", 200, "decisions per agent at most")
+	f.DurationVar(&p.duration, "duration", 2*time.Second, "the longest a target runs in one round")
+	f.IntVar(&p.rounds, "rounds", 3, "rounds per level; the three targets take turns in each")
+	f.BoolVar(&p.json, "json", false, "print the results as one JSON object")
+	f.IntVar(&p.gogc, "gogc", 400, "GC percent for the run (GOGC overrides; -1 leaves the default)")
+	f.StringVar(&p.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to FILE (go tool pprof)")
+	return cmd
+}
+
+func runBenchServe(ctx context.Context, p benchServeParams, stdout, stderr io.Writer) error {
+	stop, err := benchSetup(p.gogc, p.cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	res, err := bench.RunServe(ctx, bench.ServeOptions{Clients: p.clients, Agents: p.agents, Requests: p.requests,
+		Duration: p.duration, Rounds: p.rounds, Progress: stderr})
+	if err != nil {
+		return err
+	}
+	if p.json {
+		return writeJSONIndent(stdout, res)
+	}
+	ns := func(v int64) string { return time.Duration(v).String() }
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "target\tclients\tdecisions/s\tp50\tp99\t\n")
+	for _, r := range res.Rows {
+		name := map[string]string{"opa": "(a) OPA server", "memory": "(b) serve, memory", "file": "(c) serve, file"}[r.Target]
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t\n", name, r.Clients, r.PerSec, ns(r.P50), ns(r.P99))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "workload: %d decisions: %d allowed, %d denied, %d pending\n", res.Workload.Decisions, res.Workload.Allowed, res.Workload.Denied, res.Workload.Pending)
+	fmt.Fprintf(stdout, "(c) over (a) at the most clients: %.2f× (target met: %v); (b) p50 at 1 client <= 100µs: %v\n",
+		res.FileOverOPA, res.FileTargetMet, res.MemoryTargetMet)
+	fmt.Fprintf(stdout, "GET /health, 1 client (the HTTP floor): p50 %s, p99 %s\n", ns(res.HealthP50), ns(res.HealthP99))
+	fmt.Fprintf(stdout, "file store sync: %s; GOMAXPROCS %d, GOGC %s\n", res.FileSyncMode, res.GOMAXPROCS, res.GOGC)
+	return nil
 }
 
 // benchMix is the workload's mix of verdicts as `lineagec bench` measures it
@@ -85,24 +163,35 @@ the mix it measured (the "workload" line; in --json, "workload").`,
 		benchMix.pending)
 }
 
-func runBench(ctx context.Context, p benchParams, stdout, stderr io.Writer) error {
-	if os.Getenv("GOGC") == "" && p.gogc >= 0 {
+// benchSetup sets the GC percent of a bench run and starts its CPU profile;
+// stop ends the profile.
+func benchSetup(gogc int, cpuProfile string) (stop func(), err error) {
+	if os.Getenv("GOGC") == "" && gogc >= 0 {
 		// OPA's evaluation allocates briskly; a larger heap target halves its GC cost.
 		// Every path is measured under the same setting.
-		debug.SetGCPercent(p.gogc)
-		os.Setenv("GOGC", strconv.Itoa(p.gogc))
+		debug.SetGCPercent(gogc)
+		os.Setenv("GOGC", strconv.Itoa(gogc))
 	}
-	if p.cpuProfile != "" {
-		f, err := os.Create(p.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	if cpuProfile == "" {
+		return func() {}, nil
 	}
+	f, err := os.Create(cpuProfile)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+func runBench(ctx context.Context, p benchParams, stdout, stderr io.Writer) error {
+	stop, err := benchSetup(p.gogc, p.cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	res, err := bench.Run(ctx, bench.Options{
 		Agents: p.agents, FileAgents: p.fileAgents, Requests: p.requests, Store: p.store,
 		LongLog: p.longLog, IdleAgents: p.idle, Dir: "", Progress: stderr,

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/compiler"
@@ -38,6 +39,9 @@ type Config struct {
 	Logger *slog.Logger
 	// SyncStats, if set, feeds lineage_store_sync_duration_seconds.
 	SyncStats func() store.CommitStats
+	// CheckpointSigner, if set, signs the checkpoints of GET …/checkpoint
+	// (serve --checkpoint-key); nil answers no_checkpoint_key (checkpoint.go).
+	CheckpointSigner note.Signer
 }
 
 // MaxWait is the longest ?wait= on a request.
@@ -57,6 +61,7 @@ type Server struct {
 	met   *metrics
 	mux   *http.ServeMux
 	names sync.Map // agent id → genesis name (never changes)
+	ckpts signedLogs
 }
 
 // New builds a server. Close it to end its event streams and waits.
@@ -120,6 +125,8 @@ func (s *Server) routes() []route {
 		{"POST", "/v1/agents/{agent}/terminate", staff, s.terminate},
 		{"GET", "/v1/agents/{agent}/log", staff, s.logLines},
 		{"GET", "/v1/agents/{agent}/verify", staff, s.verify},
+		{"GET", "/v1/agents/{agent}/checkpoint", staffOrSelf, s.checkpoint},
+		{"GET", "/v1/agents/{agent}/proof/{seq}", staffOrSelf, s.proof},
 		{"GET", "/v1/pending", staff, s.pending},
 		{"GET", "/v1/events", staff, func(w http.ResponseWriter, r *http.Request, _ Principal) error {
 			s.handleEvents(w, r)

@@ -44,7 +44,10 @@ type env struct {
 	hs       *http.Server
 }
 
-func start(t testing.TB) *env {
+func start(t testing.TB) *env { t.Helper(); return startWith(t, nil) }
+
+// startWith is start with the config changed by edit first (nil: as is).
+func startWith(t testing.TB, edit func(*server.Config)) *env {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := store.OpenFile(dir, store.FileOptions{})
@@ -56,7 +59,7 @@ func start(t testing.TB) *env {
 	})
 	adminTok, approverTok := server.NewToken(), server.NewToken()
 	logs := &syncBuffer{}
-	srv, err := server.New(server.Config{
+	cfg := server.Config{
 		Runtime: rt,
 		Principals: []server.Entry{
 			{Name: "root", Role: server.RoleAdmin, TokenSHA256: server.TokenSHA256(adminTok)},
@@ -65,7 +68,11 @@ func start(t testing.TB) *env {
 		Key:       server.NewKey(),
 		Logger:    slog.New(slog.NewTextHandler(logs, nil)),
 		SyncStats: st.CommitStats,
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

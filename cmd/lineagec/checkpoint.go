@@ -20,7 +20,7 @@ type checkpointParams struct {
 func newCheckpointCmd(g *globalParams) *cobra.Command {
 	p := checkpointParams{globalParams: g}
 	cmd := &cobra.Command{
-		Use:   "checkpoint AGENT|FILE --key FILE",
+		Use:   "checkpoint AGENT|FILE --key FILE | checkpoint AGENT --server URL",
 		Short: "Sign a checkpoint of a log",
 		Long: `Checkpoint signs the state of a log with an Ed25519 key from
 lineagec key generate: a C2SP signed note whose text is a tlog-checkpoint
@@ -34,6 +34,10 @@ a line: the list is not signed but checked against the signed root, and lets
 verify name the first changed record. --note-only prints the note alone (what
 a witness cosigns). The argument is a log file or an agent id, as for verify;
 a damaged log is not signed.
+
+With --server URL (or $LINEAGE_SERVER) it prints the server's own checkpoint of
+the agent, signed with its serve --checkpoint-key: the note alone (--key is
+refused; verify it with the server's public key).
 
 verify --checkpoint prints "ok: …" when the log is the checkpoint's or extends
 it, else "diverges at seq N: reason" (with the bare note a changed record can
@@ -54,6 +58,12 @@ error checkpoint_wrong_key; a damaged one checkpoint_damaged.
 }
 
 func runCheckpoint(p checkpointParams, args []string, stdout, stderr io.Writer) error {
+	if c, err := p.remote(); err != nil || c != nil {
+		if err != nil {
+			return err
+		}
+		return remoteCheckpoint(c, p, args[0], stdout)
+	}
 	skey, err := readKeyFile("--key", p.key)
 	if err != nil {
 		return err

@@ -36,6 +36,7 @@ type serveParams struct {
 	store     string
 	maxAgents int
 	idle      time.Duration
+	ckptKey   string // --checkpoint-key (serve_checkpoint.go)
 }
 
 func newServeCmd(g *globalParams) *cobra.Command {
@@ -76,6 +77,7 @@ the store and exits 0. Request logs go to stderr (--log-format text|json).
 	f.StringVar(&p.store, "store", "", "a shared store, postgres://… (default $LINEAGE_STORE; without one: the file store in --data)")
 	f.IntVar(&p.maxAgents, "max-agents", 10000, "agents kept in memory; the least recently used beyond it are unloaded (0: no bound)")
 	f.DurationVar(&p.idle, "agent-idle", 10*time.Minute, "unload agents unused for this long (0: never)")
+	f.StringVar(&p.ckptKey, "checkpoint-key", "", "sign checkpoints with this private key (lineagec key generate): GET /v1/agents/{agent}/checkpoint and /proof/{seq}")
 	return cmd
 }
 
@@ -97,6 +99,10 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		handler = slog.NewJSONHandler(stderr, nil)
 	default:
 		return fmt.Errorf("unknown --log-format %q (want text, json)", p.logFormat)
+	}
+	signer, err := checkpointSigner(p.ckptKey)
+	if err != nil {
+		return err
 	}
 	// The auth file is read before anything is created: a typo there makes nothing.
 	var principals []server.Entry
@@ -165,7 +171,7 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		IdleTimeout: p.idle,
 	})
 	srv, err := server.New(server.Config{Runtime: rt, Principals: principals, Key: key,
-		Logger: slog.New(handler), SyncStats: syncStats})
+		Logger: slog.New(handler), SyncStats: syncStats, CheckpointSigner: signer})
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ type normModule struct {
 	Source string `json:"source"`
 }
 
-// normalize fills every default of SPEC §2 (decision D16). Extension paths must
+// normalize fills every default of docs/policy.md (decision D16). Extension paths must
 // already be inlined (p.Rego holds sources only).
 func normalize(p policy.Policy) policy.Policy {
 	n := policy.Policy{

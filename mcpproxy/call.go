@@ -45,7 +45,7 @@ const decideTimeout = 30 * time.Second
 // sends the host a progress notification.
 const progressEvery = 5 * time.Second
 
-// call answers one tools/call (SPEC §11).
+// call answers one tools/call (docs/mcp.md).
 func (p *Proxy) call(ctx context.Context, req *mcp.CallToolRequest) (mcp.Result, error) {
 	name := req.Params.Name
 	args, canon, err := decodeArgs(req.Params.Arguments)

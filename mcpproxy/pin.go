@@ -13,7 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// Digest is the pin of an MCP tool definition (SPEC §2, §11): "sha256:" and
+// Digest is the pin of an MCP tool definition (docs/policy.md, docs/mcp.md): "sha256:" and
 // the hex SHA-256 of the RFC 8785 canonical JSON of the tool's {name,
 // description, inputSchema, annotations}, as the Go SDK decodes them from the
 // upstream (decision D113: an absent description is "", absent annotations are

@@ -1,4 +1,4 @@
-// Package mcpproxy owns the MCP proxy of SPEC §11 (`lineagec mcp`): an MCP
+// Package mcpproxy owns the MCP proxy of docs/mcp.md (`lineagec mcp`): an MCP
 // server for a host that shows an upstream MCP server's tools as far as an
 // agent's policy admits them, makes every tools/call a request of that agent
 // to the guard service (through package client), forwards what is allowed or

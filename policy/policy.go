@@ -1,4 +1,4 @@
-// Package policy owns the policy document as Go values (SPEC §2), the builder that
+// Package policy owns the policy document as Go values (docs/policy.md), the builder that
 // writes one from Go, and the compiled form that the compiler hands the runtime.
 //
 // It does not validate, normalize or compile: package compiler does. A Policy built
@@ -48,12 +48,12 @@ type ToolRule struct {
 	RequiresApproval bool         `json:"requires_approval,omitempty"`
 	When             []Constraint `json:"when,omitempty"`
 	// Pin is "sha256:<64 hex>", the digest of the MCP tool definition this
-	// rule is for (SPEC §2, §11); "" means not pinned.
+	// rule is for (docs/policy.md, docs/mcp.md); "" means not pinned.
 	Pin         string `json:"pin,omitempty"`
 	Description string `json:"description,omitempty"`
 }
 
-// Constraint is a CEL expression that must hold for a call to be allowed (SPEC §5).
+// Constraint is a CEL expression that must hold for a call to be allowed (docs/policy.md#cel-constraints).
 type Constraint struct {
 	Expr   string `json:"expr"`
 	Reason string `json:"reason"`
@@ -61,14 +61,14 @@ type Constraint struct {
 	Scar string `json:"scar,omitempty"`
 }
 
-// RegoModule is a Rego extension (SPEC §6): a file path, inlined at compile
+// RegoModule is a Rego extension (docs/extensions.md): a file path, inlined at compile
 // time, or the module source itself.
 type RegoModule struct {
 	Path   string `json:"path,omitempty"`
 	Source string `json:"source,omitempty"`
 }
 
-// Defaults of SPEC §2.
+// Defaults of docs/policy.md.
 const (
 	DefaultScarLimit = 10
 	DefaultMinor     = 1
@@ -101,7 +101,7 @@ type Compiled struct {
 	// bound to this policy's expressions. Nil when the policy has no CEL.
 	Options []func(*rego.Rego)
 	// Rules are the tool rules as Rego extensions read them in input.rule
-	// (SPEC §6): JSON objects with every field present, keyed by tool name;
+	// (docs/extensions.md): JSON objects with every field present, keyed by tool name;
 	// DefaultRule is the rule of unlisted tools, if the policy has one. Whoever
 	// builds the query input puts the matched one there. Both are nil when the
 	// policy has no extensions.
@@ -124,7 +124,7 @@ type InputReads struct {
 	// State: state.budget, state.spent and state.calls (a CEL constraint
 	// reads state).
 	State bool
-	// All: the whole input of SPEC §5-§6, request.id and request.at and
+	// All: the whole input of docs/policy.md#cel-constraints, docs/extensions.md, request.id and request.at and
 	// input.rule included (Rego extensions may read any of it).
 	All bool
 }

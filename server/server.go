@@ -51,7 +51,7 @@ const MaxWait = 60 * time.Second
 // (MaxWait) and then some.
 const writeTimeout = MaxWait + 30*time.Second
 
-// Server is the HTTP API of SPEC §10 over a runtime.
+// Server is the HTTP API of docs/service.md over a runtime.
 type Server struct {
 	cfg   Config
 	rt    *runtime.Runtime

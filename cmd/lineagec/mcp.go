@@ -18,7 +18,7 @@ import (
 	"github.com/lineage-guard/lineage/mcpproxy"
 )
 
-// mcpParams are the flags of `lineagec mcp` (SPEC §11).
+// mcpParams are the flags of `lineagec mcp` (docs/mcp.md).
 type mcpParams struct {
 	*globalParams
 	token    string

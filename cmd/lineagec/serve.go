@@ -55,7 +55,7 @@ stderr. Agent tokens are returned once, when an agent is created: they are an HM
 of the agent id under the server key, <data>/server.key (or --server-key FILE).
 
 With --store postgres://… (or $LINEAGE_STORE) the logs live in PostgreSQL, which
-several serve nodes may share (SPEC §12): give each the same --store, the same
+several serve nodes may share (docs/stores.md): give each the same --store, the same
 server key and the same --auth. Agents unused for --agent-idle, and the least
 recently used beyond --max-agents, leave memory; their logs bring them back.
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -12,11 +11,9 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/policy"
+	"github.com/lineage-guard/lineage/internal/servertest"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
-	"github.com/lineage-guard/lineage/server"
 )
 
 var bg = context.Background()
@@ -25,26 +22,8 @@ var bg = context.Background()
 // returns its URL, an admin token and the runtime (to read the log).
 func serve(t *testing.T, wrap func(http.Handler) http.Handler) (string, string, *runtime.Runtime) {
 	t.Helper()
-	rt := runtime.Open(store.NewMemory(), runtime.Options{
-		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
-	})
-	tok := server.NewToken()
-	srv, err := server.New(server.Config{Runtime: rt, Key: server.NewKey(),
-		Principals: []server.Entry{{Name: "ops", Role: server.RoleAdmin, TokenSHA256: server.TokenSHA256(tok)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := srv.HTTPServer("")
-	if wrap != nil {
-		hs.Handler = wrap(srv)
-	}
-	go hs.Serve(ln)
-	t.Cleanup(func() { hs.Close() })
-	return "http://" + ln.Addr().String(), tok, rt
+	svc := servertest.Start(t, servertest.WithStore(store.NewMemory()), servertest.WithHandler(wrap))
+	return svc.URL, svc.AdminToken, svc.Runtime
 }
 
 const pol = `{"budget": 10, "tools": {"t": {"cost": 1}, "w": {"cost": 1, "requires_approval": true}}}`

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,12 +19,8 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/compiler"
+	"github.com/lineage-guard/lineage/internal/servertest"
 	"github.com/lineage-guard/lineage/mcpproxy"
-	"github.com/lineage-guard/lineage/policy"
-	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
-	"github.com/lineage-guard/lineage/server"
 )
 
 // TestMain makes the test binary an MCP server of the tests' own when
@@ -48,40 +43,10 @@ type service struct {
 
 func startService(t testing.TB) *service {
 	t.Helper()
-	st, err := store.OpenFile(t.TempDir(), store.FileOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := runtime.Open(st, runtime.Options{
-		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
-	})
-	adminTok, approverTok := server.NewToken(), server.NewToken()
-	srv, err := server.New(server.Config{
-		Runtime: rt,
-		Principals: []server.Entry{
-			{Name: "root", Role: server.RoleAdmin, TokenSHA256: server.TokenSHA256(adminTok)},
-			{Name: "alice", Role: server.RoleApprover, TokenSHA256: server.TokenSHA256(approverTok)},
-		},
-		Key: server.NewKey(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := srv.HTTPServer(ln.Addr().String())
-	go hs.Serve(ln)
-	s := &service{t: t, url: "http://" + ln.Addr().String(), hs: hs}
-	t.Cleanup(func() {
-		s.stop()
-		if err := st.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
-			t.Errorf("closing the store: %v", err)
-		}
-	})
-	s.admin = s.client(adminTok)
-	s.approver = s.client(approverTok)
+	svc := servertest.Start(t)
+	s := &service{t: t, url: svc.URL, hs: svc.HTTP}
+	s.admin = s.client(svc.AdminToken)
+	s.approver = s.client(svc.ApproverToken)
 	return s
 }
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,9 +17,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/policy"
-	"github.com/lineage-guard/lineage/runtime"
+	"github.com/lineage-guard/lineage/internal/servertest"
 	"github.com/lineage-guard/lineage/runtime/store"
 	"github.com/lineage-guard/lineage/server"
 )
@@ -49,53 +46,17 @@ func start(t testing.TB) *env { t.Helper(); return startWith(t, nil) }
 // startWith is start with the config changed by edit first (nil: as is).
 func startWith(t testing.TB, edit func(*server.Config)) *env {
 	t.Helper()
-	dir := t.TempDir()
-	st, err := store.OpenFile(dir, store.FileOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := runtime.Open(st, runtime.Options{
-		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
-	})
-	adminTok, approverTok := server.NewToken(), server.NewToken()
 	logs := &syncBuffer{}
-	cfg := server.Config{
-		Runtime: rt,
-		Principals: []server.Entry{
-			{Name: "root", Role: server.RoleAdmin, TokenSHA256: server.TokenSHA256(adminTok)},
-			{Name: "alice", Role: server.RoleApprover, TokenSHA256: server.TokenSHA256(approverTok)},
-		},
-		Key:       server.NewKey(),
-		Logger:    slog.New(slog.NewTextHandler(logs, nil)),
-		SyncStats: st.CommitStats,
-	}
-	if edit != nil {
-		edit(&cfg)
-	}
-	srv, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := srv.HTTPServer(ln.Addr().String())
-	go hs.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := hs.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("shutdown: %v", err)
+	svc := servertest.Start(t, servertest.WithConfig(func(cfg *server.Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		if edit != nil {
+			edit(cfg)
 		}
-		if err := st.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
-			t.Errorf("closing the store: %v", err)
-		}
-	})
-	e := &env{t: t, url: "http://" + ln.Addr().String(), dir: dir, srv: srv, logs: logs, store: st, hs: hs,
-		tokens: map[string]string{"admin": adminTok, "approver": approverTok}}
-	e.admin = e.client(adminTok)
-	e.approver = e.client(approverTok)
+	}))
+	e := &env{t: t, url: svc.URL, dir: svc.Dir, srv: svc.Server, logs: logs, store: svc.File, hs: svc.HTTP,
+		tokens: map[string]string{"admin": svc.AdminToken, "approver": svc.ApproverToken}}
+	e.admin = e.client(svc.AdminToken)
+	e.approver = e.client(svc.ApproverToken)
 	return e
 }
 

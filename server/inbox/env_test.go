@@ -3,9 +3,7 @@ package inbox_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -15,10 +13,7 @@ import (
 	"time"
 
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/policy"
-	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/internal/servertest"
 	"github.com/lineage-guard/lineage/server"
 )
 
@@ -40,39 +35,9 @@ type env struct {
 
 func start(t testing.TB) *env {
 	t.Helper()
-	st, err := store.OpenFile(t.TempDir(), store.FileOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := runtime.Open(st, runtime.Options{
-		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
-	})
-	adminTok, apprTok := server.NewToken(), server.NewToken()
-	srv, err := server.New(server.Config{Runtime: rt, Key: server.NewKey(), Principals: []server.Entry{
-		{Name: "root", Role: server.RoleAdmin, TokenSHA256: server.TokenSHA256(adminTok)},
-		{Name: "alice", Role: server.RoleApprover, TokenSHA256: server.TokenSHA256(apprTok)},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := srv.HTTPServer(ln.Addr().String())
-	go hs.Serve(ln)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := hs.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := st.Close(); err != nil && !errors.Is(err, store.ErrClosed) {
-			t.Errorf("closing the store: %v", err)
-		}
-	})
-	e := &env{t: t, url: "http://" + ln.Addr().String(), srv: srv, hs: hs, adminTok: adminTok, apprTok: apprTok}
-	e.admin = e.client(adminTok)
+	svc := servertest.Start(t)
+	e := &env{t: t, url: svc.URL, srv: svc.Server, hs: svc.HTTP, adminTok: svc.AdminToken, apprTok: svc.ApproverToken}
+	e.admin = e.client(svc.AdminToken)
 	return e
 }
 

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/lineage-guard/lineage/internal/jsontext"
 )
 
 // maxBody is the largest request body the service reads (docs/service.md: over it, 413).
@@ -43,6 +45,10 @@ func decodeJSON(body []byte, v any) error {
 	}
 	if !utf8.Valid(body) {
 		return errors.New("the body is not valid UTF-8")
+	}
+	// encoding/json would turn \ud800 into U+FFFD without a word.
+	if r, at, lone := jsontext.LoneSurrogate(body); lone {
+		return fmt.Errorf("the body has a lone surrogate escape \\u%04x at byte %d: strings must be valid Unicode", r, at)
 	}
 	if err := checkKeys(body); err != nil {
 		return err

@@ -113,6 +113,8 @@ func TestBadInput(t *testing.T) {
 		{"bad tool name", "POST", req, tok, `{"tool": "a b"}`, 400, "bad_request", "does not match"},
 		{"duplicate key", "POST", req, tok, `{"tool": "pay", "args": {"a": 1, "a": 2}}`, 400, "bad_request", `/args/a: duplicate key`},
 		{"duplicate top key", "POST", req, tok, `{"tool": "pay", "tool": "wire"}`, 400, "bad_request", "duplicate key"},
+		{"lone surrogate", "POST", req, tok, `{"tool": "pay", "args": {"a": "\ud800"}}`, 400, "bad_request", "lone surrogate"},
+		{"lone low surrogate in a key", "POST", req, tok, `{"tool": "pay", "args": {"\udc00": 1}}`, 400, "bad_request", "lone surrogate"},
 		{"invalid UTF-8", "POST", req, tok, "{\"tool\": \"pay\", \"args\": {\"s\": \"\xff\"}}", 400, "bad_request", "UTF-8"},
 		{"too deep", "POST", req, tok, `{"tool": "pay", "args": {"a": ` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}}`, 400, "bad_request", "deeper"},
 		{"2 MiB body", "POST", req, tok, big, 413, "too_large", "1 MiB"},

@@ -330,10 +330,16 @@ func TestReadmeService(t *testing.T) {
 	}
 	for _, tool := range []string{"bash", "curl"} {
 		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("the service Quick start needs %s, and CI=true: it may not skip: %v", tool, err)
+			}
 			t.Skipf("the service Quick start needs %s: %v", tool, err)
 		}
 	}
 	_, pyErr := exec.LookPath("python3")
+	if pyErr != nil && os.Getenv("CI") == "true" {
+		t.Fatalf("the README's Python agent loop needs python3, and CI=true: it may not be left out: %v", pyErr)
+	}
 	dir := t.TempDir()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
+	"github.com/lineage-guard/lineage/runtime/store"
 )
 
 type logParams struct {
@@ -75,10 +77,28 @@ func runLog(p logParams, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
+	if seq, reason, ok := damageOf(err); ok {
+		// The same words whichever store the log is in, and what verify says.
+		return fmt.Errorf("the log of %s is damaged at seq %d: %s (the %d records before it are printed)", agent, seq, reason, len(lines))
+	}
 	if err != nil {
 		return s.agentError(agent, err)
 	}
 	return nil
+}
+
+// damageOf tells the first bad seq of a damaged log and why: a broken chain
+// (*runtime.ChainError) or a record the store cannot read (*store.DamageError).
+func damageOf(err error) (seq uint64, reason string, ok bool) {
+	var chain *runtime.ChainError
+	var damage *store.DamageError
+	switch {
+	case errors.As(err, &chain):
+		return chain.Seq, chain.Reason, true
+	case errors.As(err, &damage):
+		return damage.Seq, damage.Reason, true
+	}
+	return 0, "", false
 }
 
 // compileLogged compiles a log's policy record again, as opening the agent

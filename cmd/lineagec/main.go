@@ -64,6 +64,7 @@ func (e *exitError) Unwrap() error { return e.err }
 // globalParams are the persistent flags every command sees.
 type globalParams struct {
 	data        string        // --data; "" means $LINEAGE_DATA, else ./.lineage
+	store       string        // --store; "" means $LINEAGE_STORE unless --data is given (store.go)
 	lockTimeout time.Duration // --lock-timeout: how long to wait for the data directory's lock
 	stderr      io.Writer     // where a wait for the lock is announced
 	srv         remoteParams  // --server (remote.go)
@@ -123,6 +124,7 @@ conformance suites.` + "\n" + exitCodesHelp,
 	root.PersistentFlags().DurationVar(&g.lockTimeout, "lock-timeout", 10*time.Second,
 		"how long to wait for another process to release the data directory (0: do not wait)")
 	addRemoteFlags(root, g)
+	addStoreFlag(root, g)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {

@@ -1,0 +1,328 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	neturl "net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/client"
+	"github.com/lineage-guard/lineage/compiler"
+	"github.com/lineage-guard/lineage/internal/pgtest"
+	"github.com/lineage-guard/lineage/policy"
+	"github.com/lineage-guard/lineage/runtime"
+	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/postgres"
+)
+
+// cli runs lineagec in-process: its exit status, stdout and stderr.
+func cli(args ...string) (int, string, string) {
+	var stdout, stderr strings.Builder
+	code := run(args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// scriptAgent drives one agent through a runtime over st with a fixed clock
+// and id: requests allowed, denied with a scar and pending, an approval and
+// a kill (7 records). The same calls on two stores write the same bytes.
+func scriptAgent(t *testing.T, st store.Store) string {
+	t.Helper()
+	ctx := context.Background()
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	rt := runtime.Open(st, runtime.Options{
+		Compile:    func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
+		Clock:      func() time.Time { return t0 },
+		NewAgentID: func() string { return "agt_export" },
+	})
+	c, err := compiler.Compile("export.yaml", []byte(`
+budget: 20
+tools:
+  read: {cost: 1}
+  pay: {cost: 5, requires_approval: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := rt.CreateAgent(ctx, c, runtime.CreateOptions{Name: "export", At: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	steps := []struct {
+		req  lineage.Request
+		want lineage.Decision
+	}{
+		{lineage.Request{ID: "r1", Tool: "read", Args: map[string]any{"doc": "ü\u2028<>&"}, At: at(1)}, lineage.Allow},
+		{lineage.Request{ID: "r2", Tool: "shell", Args: map[string]any{"cmd": "rm -rf /"}, At: at(2)}, lineage.Deny},
+		{lineage.Request{ID: "r3", Tool: "pay", Args: map[string]any{"amount": 12.5}, At: at(3)}, lineage.Pending},
+	}
+	for _, s := range steps {
+		if v, err := rt.Request(ctx, id, s.req); err != nil || v.Decision != s.want {
+			t.Fatalf("request %s: %+v, %v; want %s", s.req.ID, v, err, s.want)
+		}
+	}
+	if v, err := rt.Approve(ctx, id, runtime.Approval{RequestID: "r3", By: "alice", At: at(4)}); err != nil || v.Decision != lineage.Allow {
+		t.Fatalf("approve: %+v, %v", v, err)
+	}
+	if _, err := rt.Terminate(ctx, id, runtime.Kill{By: "bob", Note: "audit", At: at(5)}); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// sql runs statements on the database at url.
+func sql(t *testing.T, url string, stmts ...string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, s := range stmts {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+}
+
+// TestLogStoreExport: the same agent written to the file store and to
+// PostgreSQL gives the same `log` bytes; the export verifies offline as a
+// file; `state`, `agent list` and `verify AGENT` read the PostgreSQL store;
+// a record changed or removed in the database (past the append-only trigger,
+// as a superuser may) is caught by `log` and `verify`, naming its seq.
+func TestLogStoreExport(t *testing.T) {
+	url := pgtest.URL(t)
+	dir := t.TempDir()
+	fs, err := store.OpenFile(dir, store.FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := scriptAgent(t, fs)
+	if err := fs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	pg, err := postgres.Open(context.Background(), url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if scriptAgent(t, pg) != id {
+		t.Fatal("the two runtimes made different agents")
+	}
+	if err := pg.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	code, fromFile, stderr := cli("log", "--data", dir, id)
+	if code != exitOK {
+		t.Fatalf("log --data: exit %d: %s", code, stderr)
+	}
+	code, fromPG, stderr := cli("log", "--store", url, id)
+	if code != exitOK || stderr != "" {
+		t.Fatalf("log --store: exit %d: %s", code, stderr)
+	}
+	file, err := os.ReadFile(filepath.Join(dir, id+store.Ext))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromPG != fromFile || fromPG != string(file) {
+		t.Fatalf("log --store differs from the file store:\n--store:\n%s\n--data:\n%s\nfile:\n%s", fromPG, fromFile, file)
+	}
+	if n := strings.Count(fromPG, "\n"); n != 7 {
+		t.Fatalf("log --store: %d records, want 7", n)
+	}
+	export := filepath.Join(t.TempDir(), "agent.jsonl")
+	if err := os.WriteFile(export, []byte(fromPG), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, fileOK, stderr := cli("verify", export)
+	if code != exitOK || !strings.HasPrefix(fileOK, "ok: 7 records, head sha256:") {
+		t.Fatalf("verify the export: exit %d, %q, %s", code, fileOK, stderr)
+	}
+	if code, out, stderr := cli("verify", "--store", url, id); code != exitOK || out != fileOK {
+		t.Fatalf("verify --store: exit %d, %q, %s; want %q", code, out, stderr, fileOK)
+	}
+	_, stateFile, _ := cli("state", "--data", dir, id)
+	if code, out, stderr := cli("state", "--store", url, id); code != exitOK || out != stateFile || !strings.Contains(out, `"spent": 6`) {
+		t.Fatalf("state --store: exit %d, %q, %s; want %q", code, out, stderr, stateFile)
+	}
+	if code, out, stderr := cli("agent", "list", "--store", url); code != exitOK || out != id+"\n" {
+		t.Fatalf("agent list --store: exit %d, %q, %s", code, out, stderr)
+	}
+	if code, _, stderr := cli("log", "--store", url, "agt_nobody"); code != exitFailure ||
+		!strings.Contains(stderr, `unknown agent "agt_nobody" in the PostgreSQL store`) {
+		t.Fatalf("log --store of an unknown agent: exit %d, %s", code, stderr)
+	}
+
+	// Damage: seq 3 rewritten (the trigger skipped, as a superuser can).
+	lines := strings.SplitAfter(fromPG, "\n")
+	damage := fmt.Sprintf(`UPDATE lineage_records SET rec = convert_to(replace(convert_from(rec, 'UTF8'), 'rm -rf /', 'ls'), 'UTF8')
+		WHERE agent = '%s' AND seq = 3`, id)
+	sql(t, url, "SET session_replication_role = replica", damage)
+	code, out, stderr := cli("log", "--store", url, id)
+	if code != exitFailure || out != strings.Join(lines[:3], "") || !strings.Contains(stderr, "seq 3") {
+		t.Errorf("log --store of a log changed at seq 3: exit %d, stderr %q, stdout:\n%s\nwant exit 1, the records before seq 3, an error naming seq 3", code, stderr, out)
+	}
+	if code, out, _ := cli("verify", "--store", url, id); code != exitFailure || !strings.HasPrefix(out, "damaged at seq 3: ") {
+		t.Errorf("verify --store of a log changed at seq 3: exit %d, %q", code, out)
+	}
+	// Put it back, then remove seq 4: a gap.
+	sql(t, url, "SET session_replication_role = replica",
+		fmt.Sprintf(`UPDATE lineage_records SET rec = '\x%x' WHERE agent = '%s' AND seq = 3`, strings.TrimSuffix(lines[3], "\n"), id),
+		fmt.Sprintf(`DELETE FROM lineage_records WHERE agent = '%s' AND seq = 4`, id))
+	code, out, stderr = cli("log", "--store", url, id)
+	if code != exitFailure || out != strings.Join(lines[:4], "") || !strings.Contains(stderr, "seq 4") {
+		t.Errorf("log --store of a log without seq 4: exit %d, stderr %q, stdout:\n%s", code, stderr, out)
+	}
+	if code, out, _ := cli("verify", "--store", url, id, "--format", "json"); code != exitFailure || !strings.Contains(out, `"bad_seq": 4`) {
+		t.Errorf("verify --store of a log without seq 4: exit %d, %q", code, out)
+	}
+}
+
+// TestStoreFlagConflicts: --store excludes --data and --server, and a
+// command that opens no log refuses it; an explicit --data beats
+// $LINEAGE_STORE (D180). None of this reaches a database.
+func TestStoreFlagConflicts(t *testing.T) {
+	const nowhere = "postgres://nobody@127.0.0.1:1/none?connect_timeout=1"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"log", "--data", t.TempDir(), "--store", nowhere, "agt_x"}, "--data and --store exclude each other"},
+		{[]string{"agent", "create", "--store", nowhere, "--data", t.TempDir(), "--policy", "p.yaml"}, "--data and --store exclude each other"},
+		{[]string{"--server", "http://127.0.0.1:1", "--store", nowhere, "state", "agt_x"}, "--store and --server exclude each other"},
+		{[]string{"check", "--store", nowhere, "p.yaml"}, "lineagec check does not use a store (--store)"},
+		{[]string{"key", "generate", "--store", nowhere}, "lineagec key generate does not use a store (--store)"},
+	} {
+		if code, _, stderr := cli(c.args...); code != exitFailure || !strings.Contains(stderr, c.want) {
+			t.Errorf("lineagec %s: exit %d, %q; want 1 and %q", strings.Join(c.args, " "), code, stderr, c.want)
+		}
+	}
+	t.Setenv("LINEAGE_STORE", nowhere)
+	if code, _, stderr := cli("log", "--data", t.TempDir(), "agt_x"); code != exitFailure || !strings.Contains(stderr, "unknown agent") {
+		t.Errorf("log --data with $LINEAGE_STORE set: exit %d, %q; want the data directory's unknown agent", code, stderr)
+	}
+	if code, _, stderr := cli("log", "agt_x"); code != exitFailure || !strings.Contains(stderr, "--store: ") || !strings.Contains(stderr, "unavailable") {
+		t.Errorf("log with $LINEAGE_STORE at a closed port: exit %d, %q; want the store unavailable", code, stderr)
+	}
+}
+
+// TestStoreGrants is SPEC §12's "Writing needs only SELECT and INSERT", with
+// the grants of docs/stores.md and nothing else (PUBLIC's default rights on
+// the database and the schema revoked): the owner runs store init; a writer
+// runs serve --store and the CLI's writes; a role with SELECT alone exports
+// logs, and its writes are refused saying which privilege is missing.
+func TestStoreGrants(t *testing.T) {
+	admin := pgtest.URL(t)
+	u, err := neturl.Parse(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	as := func(role string) string {
+		v := *u
+		v.User = neturl.User(role)
+		return v.String()
+	}
+	owner, writer, auditor := db+"_owner", db+"_writer", db+"_auditor"
+	sql(t, admin,
+		"CREATE ROLE "+owner+" LOGIN",
+		"ALTER DATABASE "+db+" OWNER TO "+owner,
+		"REVOKE ALL ON DATABASE "+db+" FROM PUBLIC",
+		"REVOKE ALL ON SCHEMA public FROM PUBLIC",
+		"GRANT CONNECT ON DATABASE "+db+" TO "+owner,
+		"GRANT USAGE, CREATE ON SCHEMA public TO "+owner)
+	if code, out, stderr := cli("store", "init", "--store", as(owner)); code != exitOK {
+		t.Fatalf("store init as the owner: exit %d, %q, %s", code, out, stderr)
+	}
+	// docs/stores.md, "Roles and grants", run as the owner.
+	sql(t, admin, "CREATE ROLE "+writer+" LOGIN", "CREATE ROLE "+auditor+" LOGIN")
+	sql(t, as(owner),
+		"GRANT CONNECT ON DATABASE "+db+" TO "+writer,
+		"GRANT USAGE ON SCHEMA public TO "+writer,
+		"GRANT SELECT, INSERT ON lineage_agents, lineage_records TO "+writer,
+		"GRANT CONNECT ON DATABASE "+db+" TO "+auditor,
+		"GRANT USAGE ON SCHEMA public TO "+auditor,
+		"GRANT SELECT ON lineage_agents, lineage_records TO "+auditor)
+
+	// The writer serves: an agent is created and decides over HTTP.
+	data := t.TempDir()
+	_, srv, _, _ := startServe(t, data, "--store", as(writer))
+	tok, err := os.ReadFile(filepath.Join(data, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	adm, err := client.New(srv, strings.TrimSpace(string(tok)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr, err := adm.CreateAgent(ctx, json.RawMessage(`{"budget": 10, "tools": {"t": {"cost": 1}}}`), "", "")
+	if err != nil {
+		t.Fatalf("create an agent on serve --store as the writer: %v", err)
+	}
+	bot, err := client.New(srv, cr.Token, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := bot.Request(ctx, cr.Agent, lineage.Request{ID: "a", Tool: "t"}); err != nil || v.Decision != lineage.Allow || v.Seq != 2 {
+		t.Fatalf("request on serve --store as the writer: %+v, %v", v, err)
+	}
+	// The writer's CLI appends to the same log, after the node's record.
+	if code, out, stderr := cli("request", "--store", as(writer), cr.Agent, "t", "--id", "b"); code != exitOK || !strings.Contains(out, `"seq":3`) {
+		t.Fatalf("request --store as the writer: exit %d, %q, %s", code, out, stderr)
+	}
+	policyFile := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(policyFile, []byte("budget: 1\ntools: {t: {cost: 1}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, stderr := cli("agent", "create", "--store", as(writer), "--policy", policyFile); code != exitOK || !strings.HasPrefix(out, "agt_") {
+		t.Fatalf("agent create --store as the writer: exit %d, %q, %s", code, out, stderr)
+	}
+
+	// The auditor exports, byte for byte what the writer reads.
+	_, want, _ := cli("log", "--store", as(writer), cr.Agent)
+	if code, out, stderr := cli("log", "--store", as(auditor), cr.Agent); code != exitOK || out != want || strings.Count(out, "\n") != 4 {
+		t.Fatalf("log --store as the auditor: exit %d, %s\n%s\nwant\n%s", code, stderr, out, want)
+	}
+	// ... and may not write.
+	const refused = "the role lacks a privilege (writing needs SELECT and INSERT on lineage_agents and lineage_records)"
+	if code, _, stderr := cli("request", "--store", as(auditor), cr.Agent, "t", "--id", "c"); code != exitFailure || !strings.Contains(stderr, refused) {
+		t.Errorf("request --store as the auditor: exit %d, %q; want 1 and %q", code, stderr, refused)
+	}
+	if code, _, stderr := cli("agent", "create", "--store", as(auditor), "--policy", policyFile); code != exitFailure || !strings.Contains(stderr, refused) {
+		t.Errorf("agent create --store as the auditor: exit %d, %q; want 1 and %q", code, stderr, refused)
+	}
+	data2 := t.TempDir()
+	_, srv2, _, _ := startServe(t, data2, "--store", as(auditor))
+	tok2, err := os.ReadFile(filepath.Join(data2, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm2, err := client.New(srv2, strings.TrimSpace(string(tok2)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm2.Retries = 0
+	if _, err := adm2.CreateAgent(ctx, json.RawMessage(`{"budget": 3, "tools": {"t": {"cost": 1}}}`), "", ""); err == nil || !strings.Contains(err.Error(), refused) {
+		t.Errorf("create an agent on serve --store as the auditor: %v; want %q", err, refused)
+	}
+	if _, err := bot.Request(ctx, cr.Agent, lineage.Request{ID: "c", Tool: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := cli("log", "--store", as(auditor), cr.Agent); code != exitOK || strings.Count(out, "\n") != 5 {
+		t.Errorf("the auditor's refused request wrote something, or the writer's did not land: exit %d\n%s", code, out)
+	}
+	// Nor may the writer make the schema: store init needs the owner.
+	if code, _, stderr := cli("store", "init", "--store", as(writer)); code != exitFailure || !strings.Contains(stderr, "privilege") {
+		t.Errorf("store init as the writer: exit %d, %q; want refused for a privilege", code, stderr)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"github.com/lineage-guard/lineage/runtime/store/postgres"
@@ -62,6 +63,11 @@ func runStoreInit(ctx context.Context, p storeInitParams, stdout io.Writer) erro
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := postgres.Init(ctx, url); err != nil {
+		var pg *pgconn.PgError
+		if errors.As(err, &pg) && pg.Code == "42501" { // insufficient_privilege
+			// The store's own words are about writing; init is about creating.
+			return fmt.Errorf("store init: the role may not create the schema: run it as the database's owner (docs/stores.md, \"Roles and grants\"): %w", err)
+		}
 		return err
 	}
 	_, err := fmt.Fprintln(stdout, "ok: schema ready (tables lineage_agents, lineage_records, append-only)")

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	neturl "net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -216,8 +218,9 @@ func TestStoreFlagConflicts(t *testing.T) {
 }
 
 // TestStoreGrants is SPEC §12's "Writing needs only SELECT and INSERT", with
-// the grants of docs/stores.md and nothing else (PUBLIC's default rights on
-// the database and the schema revoked): the owner runs store init; a writer
+// the grants of docs/stores.md, read from the page, and nothing else (the page
+// revokes PUBLIC's default rights on the database and the schema): the owner
+// runs store init; a writer
 // runs serve --store and the CLI's writes; a role with SELECT alone exports
 // logs, and its writes are refused saying which privilege is missing.
 func TestStoreGrants(t *testing.T) {
@@ -233,25 +236,15 @@ func TestStoreGrants(t *testing.T) {
 		return v.String()
 	}
 	owner, writer, auditor := db+"_owner", db+"_writer", db+"_auditor"
+	// Step 1 of docs/stores.md (the database exists: it changes owner).
 	sql(t, admin,
-		"CREATE ROLE "+owner+" LOGIN",
-		"ALTER DATABASE "+db+" OWNER TO "+owner,
-		"REVOKE ALL ON DATABASE "+db+" FROM PUBLIC",
-		"REVOKE ALL ON SCHEMA public FROM PUBLIC",
-		"GRANT CONNECT ON DATABASE "+db+" TO "+owner,
-		"GRANT USAGE, CREATE ON SCHEMA public TO "+owner)
+		"CREATE ROLE "+owner+" LOGIN", "CREATE ROLE "+writer+" LOGIN", "CREATE ROLE "+auditor+" LOGIN",
+		"ALTER DATABASE "+db+" OWNER TO "+owner)
 	if code, out, stderr := cli("store", "init", "--store", as(owner)); code != exitOK {
 		t.Fatalf("store init as the owner: exit %d, %q, %s", code, out, stderr)
 	}
-	// docs/stores.md, "Roles and grants", run as the owner.
-	sql(t, admin, "CREATE ROLE "+writer+" LOGIN", "CREATE ROLE "+auditor+" LOGIN")
-	sql(t, as(owner),
-		"GRANT CONNECT ON DATABASE "+db+" TO "+writer,
-		"GRANT USAGE ON SCHEMA public TO "+writer,
-		"GRANT SELECT, INSERT ON lineage_agents, lineage_records TO "+writer,
-		"GRANT CONNECT ON DATABASE "+db+" TO "+auditor,
-		"GRANT USAGE ON SCHEMA public TO "+auditor,
-		"GRANT SELECT ON lineage_agents, lineage_records TO "+auditor)
+	sql(t, as(owner), docsGrants(t, map[string]string{
+		"lineage_owner": owner, "lineage_writer": writer, "lineage_auditor": auditor, "lineage": db})...)
 
 	// The writer serves: an agent is created and decides over HTTP.
 	data := t.TempDir()
@@ -312,8 +305,10 @@ func TestStoreGrants(t *testing.T) {
 		t.Fatal(err)
 	}
 	adm2.Retries = 0
-	if _, err := adm2.CreateAgent(ctx, json.RawMessage(`{"budget": 3, "tools": {"t": {"cost": 1}}}`), "", ""); err == nil || !strings.Contains(err.Error(), refused) {
-		t.Errorf("create an agent on serve --store as the auditor: %v; want %q", err, refused)
+	_, err = adm2.CreateAgent(ctx, json.RawMessage(`{"budget": 3, "tools": {"t": {"cost": 1}}}`), "", "")
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Status != 503 || ce.Code != "unavailable" || !strings.Contains(ce.Message, refused) {
+		t.Errorf("create an agent on serve --store as the auditor: %v; want 503 unavailable, %q", err, refused)
 	}
 	if _, err := bot.Request(ctx, cr.Agent, lineage.Request{ID: "c", Tool: "t"}); err != nil {
 		t.Fatal(err)
@@ -322,7 +317,36 @@ func TestStoreGrants(t *testing.T) {
 		t.Errorf("the auditor's refused request wrote something, or the writer's did not land: exit %d\n%s", code, out)
 	}
 	// Nor may the writer make the schema: store init needs the owner.
-	if code, _, stderr := cli("store", "init", "--store", as(writer)); code != exitFailure || !strings.Contains(stderr, "privilege") {
-		t.Errorf("store init as the writer: exit %d, %q; want refused for a privilege", code, stderr)
+	if code, _, stderr := cli("store", "init", "--store", as(writer)); code != exitFailure || !strings.Contains(stderr, "the role may not create the schema: run it as the database's owner") {
+		t.Errorf("store init as the writer: exit %d, %q; want refused, asking for the owner", code, stderr)
 	}
+}
+
+// docsGrants returns step 3 of the SQL in docs/stores.md's "Roles and
+// grants", its names replaced by names: what TestStoreGrants runs.
+func docsGrants(t *testing.T, names map[string]string) []string {
+	t.Helper()
+	doc, err := os.ReadFile("../../docs/stores.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), "\n## Roles and grants\n")
+	_, block, _ := strings.Cut(section, "```sql\n")
+	block, _, _ = strings.Cut(block, "```")
+	_, step3, ok := strings.Cut(block, "-- 3.")
+	if !ok {
+		t.Fatal(`docs/stores.md: no "-- 3." step in the SQL of "Roles and grants"`)
+	}
+	_, step3, _ = strings.Cut(step3, "\n") // the step's comment
+	name := regexp.MustCompile(`\blineage(_owner|_writer|_auditor)?\b`)
+	var stmts []string
+	for _, stmt := range strings.Split(step3, ";") {
+		if stmt = strings.TrimSpace(stmt); stmt != "" {
+			stmts = append(stmts, name.ReplaceAllStringFunc(stmt, func(n string) string { return names[n] }))
+		}
+	}
+	if len(stmts) < 4 {
+		t.Fatalf("docs/stores.md: %d statements in step 3 of the grants: %q", len(stmts), stmts)
+	}
+	return stmts
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
 	"github.com/lineage-guard/lineage/runtime/store/postgres"
+	"github.com/lineage-guard/lineage/server"
 )
 
 // cli runs lineagec in-process: its exit status, stdout and stderr.
@@ -349,4 +350,56 @@ func docsGrants(t *testing.T, names map[string]string) []string {
 		t.Fatalf("docs/stores.md: %d statements in step 3 of the grants: %q", len(stmts), stmts)
 	}
 	return stmts
+}
+
+// TestServeNodesShareKeys is docs/stores.md's "Several nodes": nodes with
+// folders of their own share the agent tokens only through the same
+// --server-key, and the admins through the same --auth; a node whose key
+// file is missing makes a fresh key and refuses the others' agent tokens.
+func TestServeNodesShareKeys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and three servers")
+	}
+	url := pgtest.URL(t)
+	keys := t.TempDir()
+	keyFile, authFile := filepath.Join(keys, "server.key"), filepath.Join(keys, "auth.json")
+	if err := os.WriteFile(keyFile, server.NewKey(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := cli("token", "--name", "ops", "--role", "admin")
+	tok, line, _ := strings.Cut(strings.TrimSpace(out), "\n")
+	if code != exitOK || line == "" {
+		t.Fatalf("token: exit %d, %q, %s", code, out, stderr)
+	}
+	if err := os.WriteFile(authFile, []byte(`{"principals": [`+line+`]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	node := func(args ...string) string {
+		_, u, _, _ := startServe(t, t.TempDir(), append([]string{"--store", url, "--auth", authFile}, args...)...)
+		return u
+	}
+	a, b, fresh := node("--server-key", keyFile), node("--server-key", keyFile), node()
+	ctx := context.Background()
+	on := func(u, token string) *client.Client {
+		c, err := client.New(u, token, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Retries = 0
+		return c
+	}
+	cr, err := on(a, tok).CreateAgent(ctx, json.RawMessage(`{"budget": 10, "tools": {"t": {"cost": 1}}}`), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := on(b, cr.Token).Request(ctx, cr.Agent, lineage.Request{ID: "x", Tool: "t"}); err != nil || v.Seq != 2 {
+		t.Fatalf("node b, agent token made on node a: %+v, %v", v, err)
+	}
+	var ce *client.Error
+	if _, err := on(fresh, cr.Token).Request(ctx, cr.Agent, lineage.Request{ID: "y", Tool: "t"}); !errors.As(err, &ce) || ce.Status != 401 {
+		t.Fatalf("node with its own key, agent token made on node a: %v; want 401", err)
+	}
+	if st, err := on(fresh, tok).State(ctx, cr.Agent); err != nil || st.Seq != 2 {
+		t.Fatalf("node with its own key, the admin of the shared --auth: seq %d, %v; want 2", st.Seq, err)
+	}
 }

@@ -403,3 +403,58 @@ func TestServeNodesShareKeys(t *testing.T) {
 		t.Fatalf("node with its own key, the admin of the shared --auth: seq %d, %v; want 2", st.Seq, err)
 	}
 }
+
+// TestStoreCommandsBothWays runs the same CLI session on a data directory and
+// on the PostgreSQL store: every command of D180 answers the same, exit
+// status and output, once agent ids, times and hashes are masked.
+func TestStoreCommandsBothWays(t *testing.T) {
+	url := pgtest.URL(t)
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	pol := write("p.yaml", "budget: 10\ntools:\n  read: {cost: 1}\n  pay: {cost: 3, requires_approval: true}\n")
+	pol2 := write("p2.yaml", "budget: 10\ntools:\n  read: {cost: 1}\n  pay: {cost: 3}\n")
+	if code, _, stderr := cli("key", "generate", "--private", filepath.Join(dir, "ck.key"), "--public", filepath.Join(dir, "ck.pub")); code != exitOK {
+		t.Fatal(stderr)
+	}
+	mask := regexp.MustCompile(`agt_[a-z2-7]{26}|sha256:[0-9a-f]{64}|sha256:[0-9a-f]{12}…|\d{4}-\d\d-\d\dT[0-9:.]+Z|[A-Za-z0-9+/]{40,}={0,2}`)
+	session := func(where ...string) []string {
+		var outs []string
+		step := func(args ...string) string {
+			code, out, stderr := cli(append(args, where...)...)
+			outs = append(outs, fmt.Sprintf("%s → exit %d\n%s%s", strings.Join(args, " "), code, out, stderr))
+			return strings.TrimSpace(out)
+		}
+		id := step("agent", "create", "--policy", pol, "--name", "both")
+		step("request", id, "read", "--id", "r1")
+		step("request", id, "pay", "--id", "p1", "--args", `{"amount": 2}`)
+		step("request", id, "pay", "--id", "p2")
+		step("pending")
+		step("approve", id, "p1", "--by", "alice")
+		step("reject", id, "p2", "--by", "alice")
+		step("state", id)
+		step("log", id, "--format", "table")
+		step("verify", id, "--format", "json")
+		step("replay", id, "--policy", pol2)
+		step("checkpoint", id, "--key", filepath.Join(dir, "ck.key"), "--note-only")
+		step("terminate", id, "--by", "bob", "--reason", "done")
+		step("request", id, "read", "--id", "r2")
+		step("agent", "list", "--format", "table")
+		return outs
+	}
+	files, pg := session("--data", filepath.Join(dir, "data")), session("--store", url)
+	for i := range files {
+		f, p := mask.ReplaceAllString(files[i], "…"), mask.ReplaceAllString(pg[i], "…")
+		if f != p {
+			t.Errorf("--data and --store answer differently:\n--data:\n%s\n--store:\n%s", f, p)
+		}
+	}
+	if !strings.Contains(pg[len(pg)-1], "terminated") {
+		t.Errorf("agent list --store after terminate:\n%s", pg[len(pg)-1])
+	}
+}

@@ -38,6 +38,10 @@ decision, reason, scar and the budget remaining after the record.
 
 If the log is damaged, the records before the damage are printed and the
 command fails naming the first bad seq.
+
+With --store postgres://… it reads the PostgreSQL store that serve nodes
+share: "lineagec log --store URL AGENT > agent.jsonl" exports the log for an
+audit, byte for byte the file store's file (docs/stores.md).
 ` + exitCodesHelp + `
 log exits 0, or 1 on errors (unknown agent, damaged log, …).`,
 		Args: argsUsage(cobra.ExactArgs(1)),

@@ -1,6 +1,7 @@
 // Command lineagec is lineage's command line: it checks and compiles policies,
-// creates agents on the embedded store, decides their requests, keeps and
-// verifies their logs, and runs conformance suites.
+// creates agents on the embedded store (or on the PostgreSQL store that serve
+// nodes share, --store), decides their requests, keeps, exports and verifies
+// their logs, and runs conformance suites.
 //
 // Exit status, the same for every command:
 //
@@ -114,7 +115,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "lineagec",
 		Short: "Guard AI agents with policies and hash-chained logs",
 		Long: `lineagec checks and compiles lineage policies, guards agents on the embedded
-store (one hash-chained JSON-lines log per agent in the data directory), and runs
+store (one hash-chained JSON-lines log per agent in the data directory, --data)
+or on a PostgreSQL store shared with serve nodes (--store), and runs
 conformance suites.` + "\n" + exitCodesHelp,
 		SilenceErrors: true,
 		SilenceUsage:  true,

@@ -28,7 +28,8 @@ func newVerifyCmd(g *globalParams) *cobra.Command {
 		Long: `Verify recomputes a log's hash chain from genesis and checks its shape
 (genesis, policy, then actions and approvals, nothing after a termination).
 The argument is a log file (e.g. a copy of .lineage/agt_….jsonl) if such a file
-exists, otherwise an agent id in the data directory. A final line without its
+exists, otherwise an agent id in the data directory (or, with --store, in the
+PostgreSQL store). A final line without its
 newline in a file is a write torn by a crash: it is ignored, with a warning.
 
 It prints "ok: N records, head sha256:…", or "damaged at seq N: reason" naming

@@ -248,25 +248,13 @@ func TestStoreGrants(t *testing.T) {
 		"lineage_owner": owner, "lineage_writer": writer, "lineage_auditor": auditor, "lineage": db})...)
 
 	// The writer serves: an agent is created and decides over HTTP.
-	data := t.TempDir()
-	_, srv, _, _ := startServe(t, data, "--store", as(writer))
-	tok, err := os.ReadFile(filepath.Join(data, "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, adm := serveNode(t, "--store", as(writer))
 	ctx := context.Background()
-	adm, err := client.New(srv, strings.TrimSpace(string(tok)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cr, err := adm.CreateAgent(ctx, json.RawMessage(`{"budget": 10, "tools": {"t": {"cost": 1}}}`), "", "")
 	if err != nil {
 		t.Fatalf("create an agent on serve --store as the writer: %v", err)
 	}
-	bot, err := client.New(srv, cr.Token, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bot := connect(t, srv, cr.Token)
 	if v, err := bot.Request(ctx, cr.Agent, lineage.Request{ID: "a", Tool: "t"}); err != nil || v.Decision != lineage.Allow || v.Seq != 2 {
 		t.Fatalf("request on serve --store as the writer: %+v, %v", v, err)
 	}
@@ -295,17 +283,7 @@ func TestStoreGrants(t *testing.T) {
 	if code, _, stderr := cli("agent", "create", "--store", as(auditor), "--policy", policyFile); code != exitFailure || !strings.Contains(stderr, refused) {
 		t.Errorf("agent create --store as the auditor: exit %d, %q; want 1 and %q", code, stderr, refused)
 	}
-	data2 := t.TempDir()
-	_, srv2, _, _ := startServe(t, data2, "--store", as(auditor))
-	tok2, err := os.ReadFile(filepath.Join(data2, "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm2, err := client.New(srv2, strings.TrimSpace(string(tok2)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm2.Retries = 0
+	_, adm2 := serveNode(t, "--store", as(auditor))
 	_, err = adm2.CreateAgent(ctx, json.RawMessage(`{"budget": 3, "tools": {"t": {"cost": 1}}}`), "", "")
 	var ce *client.Error
 	if !errors.As(err, &ce) || ce.Status != 503 || ce.Code != "unavailable" || !strings.Contains(ce.Message, refused) {
@@ -357,9 +335,6 @@ func docsGrants(t *testing.T, names map[string]string) []string {
 // --server-key, and the admins through the same --auth; a node whose key
 // file is missing makes a fresh key and refuses the others' agent tokens.
 func TestServeNodesShareKeys(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and three servers")
-	}
 	url := pgtest.URL(t)
 	keys := t.TempDir()
 	keyFile, authFile := filepath.Join(keys, "server.key"), filepath.Join(keys, "auth.json")
@@ -380,14 +355,7 @@ func TestServeNodesShareKeys(t *testing.T) {
 	}
 	a, b, fresh := node("--server-key", keyFile), node("--server-key", keyFile), node()
 	ctx := context.Background()
-	on := func(u, token string) *client.Client {
-		c, err := client.New(u, token, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Retries = 0
-		return c
-	}
+	on := func(u, token string) *client.Client { return connect(t, u, token) }
 	cr, err := on(a, tok).CreateAgent(ctx, json.RawMessage(`{"budget": 10, "tools": {"t": {"cost": 1}}}`), "", "")
 	if err != nil {
 		t.Fatal(err)
@@ -457,4 +425,29 @@ func TestStoreCommandsBothWays(t *testing.T) {
 	if !strings.Contains(pg[len(pg)-1], "terminated") {
 		t.Errorf("agent list --store after terminate:\n%s", pg[len(pg)-1])
 	}
+}
+
+// serveNode starts `lineagec serve` with args on a data folder of its own
+// and returns its URL and a client with its admin token (<data>/admin.token).
+func serveNode(t *testing.T, args ...string) (string, *client.Client) {
+	t.Helper()
+	data := t.TempDir()
+	_, u, _, _ := startServe(t, data, args...)
+	tok, err := os.ReadFile(filepath.Join(data, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u, connect(t, u, strings.TrimSpace(string(tok)))
+}
+
+// connect is a client of the server at u with token, which does not retry
+// (a 503 is an answer the tests look at).
+func connect(t *testing.T, u, token string) *client.Client {
+	t.Helper()
+	c, err := client.New(u, token, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Retries = 0
+	return c
 }

@@ -275,6 +275,18 @@ func TestStoreGrants(t *testing.T) {
 	if code, out, stderr := cli("log", "--store", as(auditor), cr.Agent); code != exitOK || out != want || strings.Count(out, "\n") != 4 {
 		t.Fatalf("log --store as the auditor: exit %d, %s\n%s\nwant\n%s", code, stderr, out, want)
 	}
+	ckKey := filepath.Join(t.TempDir(), "ck.key")
+	if code, _, stderr := cli("key", "generate", "--private", ckKey, "--public", ckKey+".pub"); code != exitOK {
+		t.Fatal(stderr)
+	}
+	for _, args := range [][]string{
+		{"verify", cr.Agent}, {"state", cr.Agent}, {"agent", "list", "--format", "table"}, {"pending"},
+		{"replay", cr.Agent, "--policy", policyFile}, {"checkpoint", cr.Agent, "--key", ckKey},
+	} {
+		if code, out, stderr := cli(append(args, "--store", as(auditor))...); code != exitOK {
+			t.Errorf("%s --store as the auditor: exit %d, %q, %s", strings.Join(args, " "), code, out, stderr)
+		}
+	}
 	// ... and may not write.
 	const refused = "the role lacks a privilege (writing needs SELECT and INSERT on lineage_agents and lineage_records)"
 	if code, _, stderr := cli("request", "--store", as(auditor), cr.Agent, "t", "--id", "c"); code != exitFailure || !strings.Contains(stderr, refused) {

@@ -204,6 +204,9 @@ func TestStoreFlagConflicts(t *testing.T) {
 		{[]string{"--server", "http://127.0.0.1:1", "--store", nowhere, "state", "agt_x"}, "--store and --server exclude each other"},
 		{[]string{"check", "--store", nowhere, "p.yaml"}, "lineagec check does not use a store (--store)"},
 		{[]string{"key", "generate", "--store", nowhere}, "lineagec key generate does not use a store (--store)"},
+		// bench, serve and store init have a --store of their own, which shadows the global one.
+		{[]string{"bench", "--store", nowhere}, `bench: unknown store "` + nowhere + `" (want memory, file or both)`},
+		{[]string{"store", "init", "--store", "postgres://a b"}, "store: postgres: "},
 	} {
 		if code, _, stderr := cli(c.args...); code != exitFailure || !strings.Contains(stderr, c.want) {
 			t.Errorf("lineagec %s: exit %d, %q; want 1 and %q", strings.Join(c.args, " "), code, stderr, c.want)

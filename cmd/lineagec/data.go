@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,14 +13,17 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/postgres"
 )
 
-// session is an open data directory: the File store (which holds the
-// directory's lock: shared for readers, exclusive for a writer) and the runtime over it.
+// session is an open store and the runtime over it: the data directory's
+// File store (which holds the directory's lock: shared for readers,
+// exclusive for a writer), or, with --store, the PostgreSQL store that serve
+// nodes share (D180).
 type session struct {
-	dir string
-	st  *store.File
-	rt  *runtime.Runtime
+	where string // the data directory, or "the PostgreSQL store"
+	st    store.Store
+	rt    *runtime.Runtime
 }
 
 // access says what a command does with the data directory.
@@ -31,10 +35,14 @@ const (
 	createData               // the directory is created if missing; exclusive lock
 )
 
-// openSession opens the data directory. Only agent create makes a missing
-// directory: every other command reports it, so a typo in --data does not
-// quietly start an empty store.
+// openSession opens the store: the PostgreSQL store with --store (or
+// $LINEAGE_STORE), else the data directory. Only agent create makes a
+// missing directory: every other command reports it, so a typo in --data
+// does not quietly start an empty store.
 func openSession(g *globalParams, how access) (*session, error) {
+	if url := g.storeURL(); url != "" {
+		return openSharedSession(url)
+	}
 	dir := g.dataDir()
 	info, err := os.Stat(dir)
 	switch {
@@ -66,10 +74,25 @@ func openSession(g *globalParams, how access) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newSession(dir, st), nil
+}
+
+// openSharedSession opens the PostgreSQL store at url. Other nodes may write
+// to it meanwhile: the runtime catches up with their records before it
+// answers or appends (SPEC §12), as a serve node does.
+func openSharedSession(url string) (*session, error) {
+	st, err := postgres.Open(context.Background(), url, postgres.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("--store: %w", err)
+	}
+	return newSession("the PostgreSQL store", st), nil
+}
+
+func newSession(where string, st store.Store) *session {
 	rt := runtime.Open(st, runtime.Options{
 		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
 	})
-	return &session{dir: dir, st: st, rt: rt}, nil
+	return &session{where: where, st: st, rt: rt}
 }
 
 // close closes the store, which releases the lock. Records were durable when
@@ -86,7 +109,7 @@ func (s *session) close(stderr io.Writer) {
 func (s *session) agentError(agent string, err error) error {
 	switch {
 	case errors.Is(err, lineage.ErrUnknownAgent), errors.Is(err, store.ErrNotFound):
-		return fmt.Errorf("unknown agent %q in %s (`lineagec agent list` shows the agents)", agent, s.dir)
+		return fmt.Errorf("unknown agent %q in %s (`lineagec agent list` shows the agents)", agent, s.where)
 	case errors.Is(err, store.ErrBadAgent):
 		return fmt.Errorf("%q is not an agent id", agent)
 	}

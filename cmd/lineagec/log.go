@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
+	"github.com/lineage-guard/lineage/runtime/store"
 )
 
 type logParams struct {
@@ -36,6 +38,10 @@ decision, reason, scar and the budget remaining after the record.
 
 If the log is damaged, the records before the damage are printed and the
 command fails naming the first bad seq.
+
+With --store postgres://… it reads the PostgreSQL store that serve nodes
+share: "lineagec log --store URL AGENT > agent.jsonl" exports the log for an
+audit, byte for byte the file store's file (docs/stores.md).
 ` + exitCodesHelp + `
 log exits 0, or 1 on errors (unknown agent, damaged log, …).`,
 		Args: argsUsage(cobra.ExactArgs(1)),
@@ -75,10 +81,28 @@ func runLog(p logParams, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
+	if seq, reason, ok := damageOf(err); ok {
+		// The same words whichever store the log is in, and what verify says.
+		return fmt.Errorf("the log of %s is damaged at seq %d: %s (the %d records before it are printed)", agent, seq, reason, len(lines))
+	}
 	if err != nil {
 		return s.agentError(agent, err)
 	}
 	return nil
+}
+
+// damageOf tells the first bad seq of a damaged log and why: a broken chain
+// (*runtime.ChainError) or a record the store cannot read (*store.DamageError).
+func damageOf(err error) (seq uint64, reason string, ok bool) {
+	var chain *runtime.ChainError
+	var damage *store.DamageError
+	switch {
+	case errors.As(err, &chain):
+		return chain.Seq, chain.Reason, true
+	case errors.As(err, &damage):
+		return damage.Seq, damage.Reason, true
+	}
+	return 0, "", false
 }
 
 // compileLogged compiles a log's policy record again, as opening the agent

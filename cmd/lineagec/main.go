@@ -1,6 +1,7 @@
 // Command lineagec is lineage's command line: it checks and compiles policies,
-// creates agents on the embedded store, decides their requests, keeps and
-// verifies their logs, and runs conformance suites.
+// creates agents on the embedded store (or on the PostgreSQL store that serve
+// nodes share, --store), decides their requests, keeps, exports and verifies
+// their logs, and runs conformance suites.
 //
 // Exit status, the same for every command:
 //
@@ -64,6 +65,7 @@ func (e *exitError) Unwrap() error { return e.err }
 // globalParams are the persistent flags every command sees.
 type globalParams struct {
 	data        string        // --data; "" means $LINEAGE_DATA, else ./.lineage
+	store       string        // --store; "" means $LINEAGE_STORE unless --data is given (store.go)
 	lockTimeout time.Duration // --lock-timeout: how long to wait for the data directory's lock
 	stderr      io.Writer     // where a wait for the lock is announced
 	srv         remoteParams  // --server (remote.go)
@@ -113,7 +115,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "lineagec",
 		Short: "Guard AI agents with policies and hash-chained logs",
 		Long: `lineagec checks and compiles lineage policies, guards agents on the embedded
-store (one hash-chained JSON-lines log per agent in the data directory), and runs
+store (one hash-chained JSON-lines log per agent in the data directory, --data)
+or on a PostgreSQL store shared with serve nodes (--store), and runs
 conformance suites.` + "\n" + exitCodesHelp,
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -123,6 +126,7 @@ conformance suites.` + "\n" + exitCodesHelp,
 	root.PersistentFlags().DurationVar(&g.lockTimeout, "lock-timeout", 10*time.Second,
 		"how long to wait for another process to release the data directory (0: do not wait)")
 	addRemoteFlags(root, g)
+	addStoreFlag(root, g)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"github.com/lineage-guard/lineage/runtime/store/postgres"
@@ -62,8 +63,64 @@ func runStoreInit(ctx context.Context, p storeInitParams, stdout io.Writer) erro
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := postgres.Init(ctx, url); err != nil {
+		var pg *pgconn.PgError
+		if errors.As(err, &pg) && pg.Code == "42501" { // insufficient_privilege
+			// The store's own words are about writing; init is about creating.
+			return fmt.Errorf("store init: the role may not create the schema: run it as the database's owner (docs/stores.md, \"Roles and grants\"): %w", err)
+		}
 		return err
 	}
 	_, err := fmt.Fprintln(stdout, "ok: schema ready (tables lineage_agents, lineage_records, append-only)")
 	return err
+}
+
+// storeCommands are the commands that take the global --store: every one that
+// opens an agent's log (openSession). The others refuse it (D180).
+var storeCommands = map[string]bool{
+	"lineagec agent create": true, "lineagec agent list": true, "lineagec request": true,
+	"lineagec pending": true, "lineagec approve": true, "lineagec reject": true,
+	"lineagec terminate": true, "lineagec state": true, "lineagec log": true, "lineagec verify": true,
+	"lineagec checkpoint": true, "lineagec replay": true,
+}
+
+// addStoreFlag adds the global --store, which puts the agent commands on
+// the PostgreSQL store instead of the data directory. serve and store init
+// have a --store of their own (serve keeps its keys in --data as well), which
+// shadows this one. The check runs after --server's (remote.go).
+func addStoreFlag(root *cobra.Command, g *globalParams) {
+	root.PersistentFlags().StringVar(&g.store, "store", "",
+		"the PostgreSQL store, postgres://…, instead of the data directory (default $LINEAGE_STORE unless --data is given)")
+	global := root.PersistentFlags().Lookup("store")
+	before := root.PersistentPreRunE
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		if before != nil {
+			if err := before(cmd, args); err != nil {
+				return err
+			}
+		}
+		if cmd.Flags().Lookup("store") != global || !global.Changed {
+			return nil
+		}
+		switch {
+		case !storeCommands[cmd.CommandPath()]:
+			return fmt.Errorf("%s does not use a store (--store)", cmd.CommandPath())
+		case cmd.Flags().Changed("data"):
+			return errors.New("--data and --store exclude each other: --data is the file store, --store the PostgreSQL store")
+		case g.serverURL() != "":
+			return errors.New("--store and --server exclude each other: with --server the server reads its own store")
+		}
+		return nil
+	}
+}
+
+// storeURL is the PostgreSQL store of the agent commands, or "" for the data
+// directory: --store, else $LINEAGE_STORE unless --data names a directory.
+func (g *globalParams) storeURL() string {
+	switch {
+	case g.store != "":
+		return g.store
+	case g.data != "":
+		return ""
+	}
+	return os.Getenv("LINEAGE_STORE")
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -29,7 +28,8 @@ func newVerifyCmd(g *globalParams) *cobra.Command {
 		Long: `Verify recomputes a log's hash chain from genesis and checks its shape
 (genesis, policy, then actions and approvals, nothing after a termination).
 The argument is a log file (e.g. a copy of .lineage/agt_….jsonl) if such a file
-exists, otherwise an agent id in the data directory. A final line without its
+exists, otherwise an agent id in the data directory (or, with --store, in the
+PostgreSQL store). A final line without its
 newline in a file is a write torn by a crash: it is ignored, with a warning.
 
 It prints "ok: N records, head sha256:…", or "damaged at seq N: reason" naming
@@ -103,13 +103,10 @@ func runVerify(p verifyParams, args []string, stdout, stderr io.Writer) error {
 	if len(recs) > 0 {
 		res.Head = recs[len(recs)-1].Hash
 	}
-	var chain *runtime.ChainError
-	var damage *store.DamageError
+	seq, reason, damaged := damageOf(err)
 	switch {
-	case errors.As(err, &chain):
-		res.OK, res.BadSeq, res.Reason = false, &chain.Seq, chain.Reason
-	case errors.As(err, &damage):
-		res.OK, res.BadSeq, res.Reason = false, &damage.Seq, damage.Reason
+	case damaged:
+		res.OK, res.BadSeq, res.Reason = false, &seq, reason
 	case err != nil:
 		return err
 	case len(recs) < 2:
@@ -131,9 +128,8 @@ func looksLikePath(s string) bool {
 }
 
 func isDamage(err error) bool {
-	var chain *runtime.ChainError
-	var damage *store.DamageError
-	return errors.As(err, &chain) || errors.As(err, &damage)
+	_, _, ok := damageOf(err)
+	return ok
 }
 
 // verifyFile verifies a log file's lines, read by the store's own rules

@@ -36,11 +36,14 @@ type DamageError struct {
 	Agent  string // the agent whose log is damaged
 	Path   string // the file, for the file store
 	Seq    uint64 // the first damaged record
-	Offset int64  // byte offset of that record in the file
+	Offset int64  // byte offset of that record in the file; -1 where there is no file offset (a database row)
 	Reason string // e.g. "empty line"
 }
 
 func (e *DamageError) Error() string {
+	if e.Offset < 0 {
+		return fmt.Sprintf("store: %s: record %d: %s (%s)", e.Agent, e.Seq, e.Reason, e.Path)
+	}
 	return fmt.Sprintf("store: %s: record %d: %s (%s, byte %d)", e.Agent, e.Seq, e.Reason, e.Path, e.Offset)
 }
 

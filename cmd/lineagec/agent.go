@@ -18,7 +18,7 @@ func newAgentCmd(g *globalParams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Create and list agents",
-		Long: `Agent creates agents and lists those in the data directory (--data).
+		Long: `Agent creates agents and lists those in the store (--data DIR, or --store URL).
 ` + exitCodesHelp,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -51,7 +51,7 @@ policy, create a new agent with --parent naming the one it replaces; its
 genesis records the parent's id and current head.
 
 It prints the new agent id (agt_…) alone on stdout; --format json prints
-{agent, digest}. The data directory is created if it does not exist.
+{agent, digest}. The data directory (--data) is created if it does not exist.
 ` + exitCodesHelp + `
 create exits 0 when the agent was created, 1 otherwise (invalid policy, unknown
 parent, I/O).`,
@@ -121,8 +121,8 @@ func newAgentListCmd(g *globalParams) *cobra.Command {
 	p := agentListParams{globalParams: g}
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List the agents in the data directory",
-		Long: `List prints the id of every agent in the data directory, one per line.
+		Short: "List the agents in the store (--data or --store)",
+		Long: `List prints the id of every agent in the store (--data or --store), one per line.
 --format table adds name, status, remaining budget, scar score and the number of
 records; --format json prints the same as a JSON array. The table and JSON
 formats verify each log; a damaged one is listed with status "damaged".

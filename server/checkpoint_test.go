@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
@@ -241,11 +242,13 @@ func TestCheckpointWithoutKey(t *testing.T) {
 
 // TestCheckpointRefusesARewrittenLog: once the server signed a checkpoint of
 // a log, a log rewritten on disk and re-hashed (its chain valid, its length
-// the same, so the store does not notice) is named, not signed (D152). While
-// the log has not grown the server serves the note it signed and reads
-// nothing (D151).
+// the same, so the store does not notice) is named, not signed (D152): the
+// new records do not follow the signed head (D201). While the log has not
+// grown the server serves the note it signed and reads nothing (D203). The
+// interval is long, so the new record is read when the GET asks for it,
+// after the rewrite.
 func TestCheckpointRefusesARewrittenLog(t *testing.T) {
-	e, verifier := startSigning(t)
+	e, verifier := startGrowing(t, time.Hour, 0)
 	agent, bot := e.agent()
 	pay(t, bot, agent, 3)
 	signed, err := e.admin.Checkpoint(bg, agent)

@@ -138,7 +138,7 @@ func InclusionProof(recs []lineage.Record, seq, size uint64) (Proof, error) {
 	if err != nil {
 		return Proof{}, fmt.Errorf("%w: %v", ErrBadLog, err)
 	}
-	return t.prove(agent, seq, size)
+	return t.prove(agent, seq, size, nil)
 }
 
 // InclusionProofOf is InclusionProof over a log given by its record hashes,
@@ -168,18 +168,23 @@ func InclusionProofOf(c Checkpoint, hashes []string, seq, size uint64) (Proof, e
 	if seq >= size || size > c.Size {
 		return Proof{}, fmt.Errorf("%w: no record %d in a tree of %d of the checkpoint's %d records", ErrBadLog, seq, size, c.Size)
 	}
-	return t.prove(c.Agent, seq, size)
+	if size == c.Size {
+		return t.prove(c.Agent, seq, size, root)
+	}
+	return t.prove(c.Agent, seq, size, nil)
 }
 
-// prove is the inclusion proof of leaf seq in the tree of size leaves.
-func (t *tree) prove(agent string, seq, size uint64) (Proof, error) {
+// prove is the inclusion proof of leaf seq in the tree of size leaves, whose
+// root is root (nil: computed).
+func (t *tree) prove(agent string, seq, size uint64, root []byte) (Proof, error) {
 	hs, err := t.inclusion(seq, size)
 	if err != nil {
 		return Proof{}, err
 	}
-	root, err := t.root(size)
-	if err != nil {
-		return Proof{}, err
+	if root == nil {
+		if root, err = t.root(size); err != nil {
+			return Proof{}, err
+		}
 	}
 	p := Proof{Agent: agent, Seq: seq, Size: size, RecordHash: t.recHashes[seq],
 		Root: base64.StdEncoding.EncodeToString(root), Hashes: make([]string, len(hs))}

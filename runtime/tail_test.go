@@ -21,7 +21,11 @@ func TestWatchLogs(t *testing.T) {
 	var mu sync.Mutex
 	var heard []string
 	rt.WatchLogs(&runtime.LogWatch{
-		Appended: func(agent string, seq uint64) { mu.Lock(); heard = append(heard, fmt.Sprintf("%s+%d", agent, seq)); mu.Unlock() },
+		Appended: func(agent string, seq uint64) {
+			mu.Lock()
+			heard = append(heard, fmt.Sprintf("%s+%d", agent, seq))
+			mu.Unlock()
+		},
 		Unloaded: func(agent string) { mu.Lock(); heard = append(heard, agent+" left"); mu.Unlock() },
 	})
 	c := mustCompileYAML(t, samplePolicy)

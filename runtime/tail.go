@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime/store"
 )
 
@@ -58,7 +59,8 @@ func (r *Runtime) IsLoaded(id string) bool {
 // prevKind ("" and "" when from is 0). It passes each record to fn; fn must
 // not keep its Body past the call.
 //
-// From genesis it is VerifyLog with the runtime's compiler. From a later seq
+// From genesis it is VerifyLog with the runtime's compiler (a policy this
+// runtime already prepared is not compiled again). From a later seq
 // it cannot run the fold's checks that span records (an approval names a
 // pending request), which need the state from genesis: the runtime ran them
 // when it folded the same records (its own appends, a catch-up, opening the
@@ -67,6 +69,10 @@ func (r *Runtime) VerifyTail(agentID string, from uint64, prev string, prevKind 
 	var err error
 	if from == 0 {
 		f, pk := newFolded(), lineage.Kind("")
+		var compile func([]byte) (*policy.Compiled, error)
+		if r.opts.Compile != nil {
+			compile = r.compileKnown // the policy compiles to its digest (D53), once per digest
+		}
 		err = r.store.Scan(agentID, func(seq uint64, line []byte) error {
 			rec, err := openRecordStrict(line, seq, f.head)
 			if err != nil {
@@ -75,7 +81,7 @@ func (r *Runtime) VerifyTail(agentID string, from uint64, prev string, prevKind 
 			if err := kindFollows(rec, seq, pk); err != nil {
 				return err
 			}
-			if _, err := foldChecked(f, rec, r.opts.Compile); err != nil {
+			if _, err := foldChecked(f, rec, compile); err != nil {
 				return err
 			}
 			pk = rec.Kind

@@ -21,7 +21,6 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/checkpoint"
-	"github.com/lineage-guard/lineage/checkpoint/checkpointtest"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/server"
@@ -259,30 +258,7 @@ func TestCheckpointRefusesARewrittenLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(e.dir, agent+".jsonl")
-	forge := func() {
-		t.Helper()
-		b, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines := bytes.Split(bytes.TrimSuffix(b, []byte{'\n'}), []byte{'\n'})
-		forged, err := checkpointtest.Rehash(lines, 3, func(body []byte) []byte {
-			return bytes.Replace(body, []byte(`"amount":1`), []byte(`"amount":7`), 1)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := append(bytes.Join(forged, []byte{'\n'}), '\n')
-		if len(out) != len(b) || bytes.Equal(out, b) {
-			t.Fatalf("the forgery must change the log and keep its length (%d, was %d)", len(out), len(b))
-		}
-		if err := os.WriteFile(file, out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if v, err := e.admin.Verify(bg, agent); err != nil || !v.OK {
-			t.Fatalf("the forged log should verify as a chain, else the test proves nothing: %+v %v", v, err)
-		}
-	}
+	forge := func() { t.Helper(); forgeRecord(t, e, agent, 3) }
 	orig, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)

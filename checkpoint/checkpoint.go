@@ -26,6 +26,9 @@ var (
 	ErrDamaged = errors.New("checkpoint_damaged")
 	// ErrBadLog: the records cannot be checkpointed (no genesis, a bad hash).
 	ErrBadLog = errors.New("bad_log")
+	// ErrDiverged: the records are not the tree a checkpoint signed (a
+	// rewrite, a truncation).
+	ErrDiverged = errors.New("checkpoint_diverged")
 )
 
 // OriginPrefix starts every checkpoint's origin line; the agent id follows.

@@ -448,3 +448,51 @@ func TestGrowingMatchesNew(t *testing.T) {
 		t.Fatalf("a record out of order: %v", err)
 	}
 }
+
+// TestInclusionProofOfHashes: a proof from the stored hashes against the
+// signed checkpoint is the proof from the records, checked by the merkle
+// module's verifier; hashes that are not the signed tree (a rewrite, a
+// truncation) are ErrDiverged (D204).
+func TestInclusionProofOfHashes(t *testing.T) {
+	recs := makeLog(t, "agt_h", "read", "pay", "read", "x", "read", "pay", "read")
+	c, err := checkpoint.New(recs[:6])
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashes := hashesOf(recs) // the log grew past the checkpoint
+	for size := uint64(1); size <= c.Size; size++ {
+		for seq := range size {
+			got, err := checkpoint.InclusionProofOf(c, hashes, seq, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := checkpoint.InclusionProof(recs, seq, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("seq %d size %d: %+v, from the records %+v", seq, size, got, want)
+			}
+		}
+	}
+	p, err := checkpoint.InclusionProofOf(c, hashes, 4, 0)
+	if err != nil || p.Size != c.Size {
+		t.Fatalf("size 0 is the checkpoint's: %+v %v", p, err)
+	}
+	leafIn, _ := hex.DecodeString(strings.TrimPrefix(p.RecordHash, "sha256:"))
+	if err := proof.VerifyInclusion(rfc6962.DefaultHasher, p.Seq, p.Size, rfc6962.DefaultHasher.HashLeaf(leafIn), decode(t, p.Hashes), c.Root); err != nil {
+		t.Fatalf("the library refuses the proof: %v", err)
+	}
+	forged := hashesOf(rehash(t, recs, 3, func(b []byte) []byte { return bytes.Replace(b, []byte(`"n":1`), []byte(`"n":9`), 1) }))
+	for name, hs := range map[string][]string{"rewritten": forged, "truncated": hashes[:5]} {
+		if _, err := checkpoint.InclusionProofOf(c, hs, 0, 0); !errors.Is(err, checkpoint.ErrDiverged) {
+			t.Errorf("%s: %v, want ErrDiverged", name, err)
+		}
+	}
+	if _, err := checkpoint.InclusionProofOf(c, hashes, 6, 0); !errors.Is(err, checkpoint.ErrBadLog) {
+		t.Errorf("a seq past the checkpoint: %v", err)
+	}
+	if _, err := checkpoint.InclusionProofOf(c, hashes, 0, 7); !errors.Is(err, checkpoint.ErrBadLog) {
+		t.Errorf("a size past the checkpoint: %v", err)
+	}
+}

@@ -26,7 +26,10 @@ var factory = &compact.RangeFactory{Hash: hasher.HashChildren}
 // needs (their coverages are disjoint, so a proof costs one pass over the
 // leaves at most). The module's own tree builder lives in its testonly
 // package, which is for tests; nothing else in it is needed.
-type tree struct{ leaves [][]byte }
+type tree struct {
+	leaves    [][]byte
+	recHashes []string // the records' hashes the leaves are of
+}
 
 // recordLeaf is the leaf input of a record: its hash's 32 bytes.
 func recordLeaf(hash string) ([]byte, error) {
@@ -48,7 +51,7 @@ func leafHash(hash string) ([]byte, error) {
 }
 
 func newTree(hashes []string) (*tree, error) {
-	t := &tree{leaves: make([][]byte, len(hashes))}
+	t := &tree{leaves: make([][]byte, len(hashes)), recHashes: hashes}
 	for i, h := range hashes {
 		l, err := leafHash(h)
 		if err != nil {

@@ -138,15 +138,55 @@ func InclusionProof(recs []lineage.Record, seq, size uint64) (Proof, error) {
 	if err != nil {
 		return Proof{}, fmt.Errorf("%w: %v", ErrBadLog, err)
 	}
+	return t.prove(agent, seq, size, nil)
+}
+
+// InclusionProofOf is InclusionProof over a log given by its record hashes,
+// in seq order, against the checkpoint c that a service signed of it: the
+// first c.Size hashes must be the tree c signs (its root and its head), else
+// ErrDiverged (the log was rewritten since c was signed). It proves record
+// seq in the tree of size records (0: c.Size), at most c.Size. The caller
+// checked the hashes' chain; nothing else of the records is read.
+func InclusionProofOf(c Checkpoint, hashes []string, seq, size uint64) (Proof, error) {
+	if uint64(len(hashes)) < c.Size {
+		return Proof{}, fmt.Errorf("%w: the log has %d records, the checkpoint %d: truncated", ErrDiverged, len(hashes), c.Size)
+	}
+	t, err := newTree(hashes[:c.Size])
+	if err != nil {
+		return Proof{}, fmt.Errorf("%w: %v", ErrBadLog, err)
+	}
+	root, err := t.root(c.Size)
+	if err != nil {
+		return Proof{}, err
+	}
+	if !bytes.Equal(root, c.Root) || hashes[c.Size-1] != c.Head {
+		return Proof{}, fmt.Errorf("%w: the log's first %d records do not have the signed root: a record at or before seq %d was changed", ErrDiverged, c.Size, c.Size-1)
+	}
+	if size == 0 {
+		size = c.Size
+	}
+	if seq >= size || size > c.Size {
+		return Proof{}, fmt.Errorf("%w: no record %d in a tree of %d of the checkpoint's %d records", ErrBadLog, seq, size, c.Size)
+	}
+	if size == c.Size {
+		return t.prove(c.Agent, seq, size, root)
+	}
+	return t.prove(c.Agent, seq, size, nil)
+}
+
+// prove is the inclusion proof of leaf seq in the tree of size leaves, whose
+// root is root (nil: computed).
+func (t *tree) prove(agent string, seq, size uint64, root []byte) (Proof, error) {
 	hs, err := t.inclusion(seq, size)
 	if err != nil {
 		return Proof{}, err
 	}
-	root, err := t.root(size)
-	if err != nil {
-		return Proof{}, err
+	if root == nil {
+		if root, err = t.root(size); err != nil {
+			return Proof{}, err
+		}
 	}
-	p := Proof{Agent: agent, Seq: seq, Size: size, RecordHash: recs[seq].Hash,
+	p := Proof{Agent: agent, Seq: seq, Size: size, RecordHash: t.recHashes[seq],
 		Root: base64.StdEncoding.EncodeToString(root), Hashes: make([]string, len(hs))}
 	for i, h := range hs {
 		p.Hashes[i] = base64.StdEncoding.EncodeToString(h)

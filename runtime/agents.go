@@ -23,6 +23,8 @@ type agentTable struct {
 	byID  map[string]*agentSlot
 	lru   list.List // of *agentSlot, most recently used first
 	timer *time.Timer
+	// onLeave, if set, hears of each loaded agent evicted (under mu).
+	onLeave func(id string)
 }
 
 // agentSlot loads an agent once, however many callers ask at the same time.
@@ -110,6 +112,9 @@ func (t *agentTable) evict(now time.Time) {
 		if t.leave(s) {
 			delete(t.byID, s.id)
 			t.lru.Remove(e)
+			if s.a != nil && t.onLeave != nil {
+				t.onLeave(s.id)
+			}
 		} else {
 			skipped++
 		}

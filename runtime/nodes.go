@@ -100,6 +100,7 @@ func (r *Runtime) update(ctx context.Context, id string, op func(a *agent) (time
 		}
 		err = a.append(r.store, at, items...)
 		if err == nil {
+			r.grew(a)
 			return finish(nil)
 		}
 		if !errors.Is(err, store.ErrSeq) {
@@ -138,6 +139,9 @@ func (r *Runtime) catchUp(ctx context.Context, a *agent) (int, error) {
 	if err != nil {
 		return n, fmt.Errorf("agent %s: catching up with the store: %w", a.id, err)
 	}
+	if n > 0 {
+		r.grew(a)
+	}
 	if n > 0 && f.owed != "" {
 		// Another writer's verdict ended the agent but its termination record
 		// is missing (that writer crashed between two writes): seal the log.
@@ -160,6 +164,7 @@ func (r *Runtime) drop(a *agent) {
 	if s := a.slot; s != nil {
 		r.agents.remove(s)
 	}
+	r.left(a.id)
 }
 
 // Loaded says how many agents the runtime holds in memory.

@@ -60,6 +60,7 @@ type Runtime struct {
 	mu      sync.Mutex
 	agents  *agentTable
 	engines map[string]*engineSlot
+	watch   atomic.Pointer[LogWatch] // tail.go
 }
 
 type engineSlot struct {
@@ -90,8 +91,10 @@ func Open(st store.Store, opts Options) *Runtime {
 	if opts.NewAgentID == nil {
 		opts.NewAgentID = newAgentID
 	}
-	return &Runtime{store: st, shared: store.IsShared(st), opts: opts,
+	r := &Runtime{store: st, shared: store.IsShared(st), opts: opts,
 		agents: newAgentTable(opts.MaxAgents, opts.IdleTimeout), engines: map[string]*engineSlot{}}
+	r.agents.onLeave = r.left
+	return r
 }
 
 func newAgentID() string {
@@ -197,6 +200,7 @@ func (r *Runtime) CreateAgent(ctx context.Context, c *policy.Compiled, o CreateO
 		return "", err
 	}
 	r.agents.put(a)
+	r.grew(a)
 	return id, nil
 }
 

@@ -1,13 +1,20 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/checkpoint"
+	"github.com/lineage-guard/lineage/runtime"
 )
 
 // This file serves provable history (docs/history.md): the signed checkpoint of an
@@ -15,13 +22,18 @@ import (
 // one record at GET /v1/agents/{agent}/proof/{seq}, when the server has a
 // checkpoint key (Config.CheckpointSigner, `serve --checkpoint-key`).
 //
-// A checkpoint is signed when one is asked for (a checkpoint or a proof) and
-// the log grew since the last one (D151): from the log as the runtime's
-// strict verifier reads it then. Ed25519 signatures are deterministic, so the
-// note is the one signing at each append would have made. The server keeps
-// the last checkpoint it signed of each agent and refuses to sign, or to
-// prove against, a log that is not an extension of it (D152): a log rewritten
-// while the server runs is named, not signed.
+// Checkpoints are signed as logs grow (D200): the runtime tells the server of
+// each append (runtime.LogWatch), and a signer goroutine per growing agent,
+// off the request path, reads the new records from the store, verifies them
+// strictly chained to the head of the last checkpoint (D201), extends the
+// agent's Merkle state (a compact range of O(log n) hashes) and signs, at
+// most once per Config.CheckpointInterval (D202). A GET serves the latest
+// note from memory; it waits only for records acknowledged before it that
+// are not signed yet, and asks for them at once (D203). The server never
+// signs a log that does not extend its last checkpoint of the agent, and a
+// proof, which reads every record's hash, is refused when they are not the
+// signed tree (D152, D204). An agent's range leaves memory with the agent
+// (D205).
 
 // Error codes of the checkpoint routes.
 const (
@@ -34,73 +46,377 @@ const (
 	CodeCheckpointDiverged = "checkpoint_diverged"
 )
 
-// signedLogs is the last checkpoint signed of each agent, in memory.
+// DefaultCheckpointInterval is the least time between two signatures of one
+// agent's growing log (Config.CheckpointInterval zero).
+const DefaultCheckpointInterval = 100 * time.Millisecond
+
+// signedLogs is what the server keeps of each agent's checkpoints, in memory.
 type signedLogs struct {
-	m sync.Map // agent id → *signedLog
+	m        sync.Map // agent id → *signedLog
+	interval time.Duration
+	stop     chan struct{}
+	signed   atomic.Uint64 // signatures made
+	mu       sync.Mutex    // guards closed and wg.Add
+	closed   bool
+	wg       sync.WaitGroup // the signer goroutines
 }
 
-// signedLog is an agent's last signed checkpoint and its note: a few hundred
-// bytes an agent, never its records (a proof reads them).
+// signedLog is one agent's: its last signed checkpoint and note (a few
+// hundred bytes, kept as long as the server runs, for D152) and, while the
+// runtime holds the agent, its Merkle state.
 type signedLog struct {
-	mu   sync.Mutex // held from reading the log to remembering its checkpoint
-	last *checkpoint.Checkpoint
-	note []byte
+	agent   string
+	grown   atomic.Uint64 // the log's length as the runtime last said (seq+1)
+	tried   atomic.Uint64 // grown when the last bring-up began
+	running atomic.Bool   // a signer goroutine runs for it
+	want    atomic.Uint64 // the longest log a reader waits for
+	flush   chan struct{} // cap 1: a reader waits, see want
+	drops   atomic.Uint64 // times the agent left the runtime's memory
+	state   atomic.Pointer[merkleState]
+	last    atomic.Int64 // unix ns of the last bring-up
+
+	mu sync.Mutex // held by whoever brings it up to the log (one at a time)
+
+	pubMu   sync.Mutex
+	pub     *published
+	changed chan struct{} // closed when pub changes
+}
+
+// merkleState is the incremental Merkle state of a log's first size records.
+type merkleState struct {
+	g    *checkpoint.Growing
+	size uint64
+	head string
+	kind lineage.Kind // of the last record
+}
+
+func (m *merkleState) add(seq uint64, hash string, kind lineage.Kind) error {
+	if err := m.g.Append(lineage.Record{Seq: seq, Hash: hash}); err != nil {
+		return err
+	}
+	m.size, m.head, m.kind = seq+1, hash, kind
+	return nil
+}
+
+// published is what readers see: the latest note, or why the last bring-up
+// failed (served instead of the note until one succeeds).
+type published struct {
+	c     checkpoint.Checkpoint
+	note  []byte // nil: none signed yet
+	err   error
+	tried uint64 // the log's length the bring-up was asked to reach
 }
 
 func (l *signedLogs) of(agent string) *signedLog {
-	v, _ := l.m.LoadOrStore(agent, &signedLog{})
+	if v, ok := l.m.Load(agent); ok {
+		return v.(*signedLog)
+	}
+	v, _ := l.m.LoadOrStore(agent, &signedLog{agent: agent, flush: make(chan struct{}, 1), changed: make(chan struct{})})
 	return v.(*signedLog)
 }
 
-// sign brings sl up to the agent's log; call with sl.mu held. Unless read
-// is set, a log as long as the last checkpoint (the runtime's head seq, from
-// memory) keeps it and nil records are returned: the store is read and
-// verified only when the log grew (D151). A log read must extend the last
-// checkpoint (D152); it is returned.
-func (s *Server) sign(r *http.Request, agent string, sl *signedLog, read bool) ([]lineage.Record, error) {
+func (sl *signedLog) snapshot() (*published, chan struct{}) {
+	sl.pubMu.Lock()
+	defer sl.pubMu.Unlock()
+	return sl.pub, sl.changed
+}
+
+func (sl *signedLog) publish(p *published) {
+	sl.pubMu.Lock()
+	sl.pub = p
+	close(sl.changed)
+	sl.changed = make(chan struct{})
+	sl.pubMu.Unlock()
+}
+
+// startCheckpoints sets the server up to sign as logs grow (New, with a signer).
+func (s *Server) startCheckpoints() {
+	s.ckpts.interval = s.cfg.CheckpointInterval
+	if s.ckpts.interval <= 0 {
+		s.ckpts.interval = DefaultCheckpointInterval
+	}
+	s.ckpts.stop = make(chan struct{})
+	s.rt.WatchLogs(&runtime.LogWatch{Appended: s.appended, Unloaded: s.unloaded})
+	s.met.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "lineage_checkpoints_signed_total", Help: "Checkpoints signed (serve --checkpoint-key).",
+		}, func() float64 { return float64(s.ckpts.signed.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "lineage_checkpoint_ranges", Help: "Agents whose Merkle state (a compact range) is in memory.",
+		}, func() float64 { return float64(s.checkpointRanges()) }),
+	)
+}
+
+// stopCheckpoints ends the signer goroutines (Close).
+func (s *Server) stopCheckpoints() {
+	l := &s.ckpts
+	l.mu.Lock()
+	if l.closed || l.stop == nil {
+		l.mu.Unlock()
+		return
+	}
+	l.closed = true
+	close(l.stop)
+	l.mu.Unlock()
+	l.wg.Wait()
+}
+
+func (s *Server) checkpointRanges() int {
+	n := 0
+	s.ckpts.m.Range(func(_, v any) bool {
+		if v.(*signedLog).state.Load() != nil {
+			n++
+		}
+		return true
+	})
+	return n
+}
+
+// appended is the runtime's notice of an append (under the agent's lock):
+// note the length and make sure a signer runs.
+func (s *Server) appended(agent string, seq uint64) {
+	sl := s.ckpts.of(agent)
+	for {
+		n := sl.grown.Load()
+		if n >= seq+1 || sl.grown.CompareAndSwap(n, seq+1) {
+			break
+		}
+	}
+	s.kick(sl)
+}
+
+// unloaded is the runtime's notice that an agent left memory (under its
+// locks): its Merkle state goes too, and is rebuilt when next needed.
+func (s *Server) unloaded(agent string) {
+	if v, ok := s.ckpts.m.Load(agent); ok {
+		sl := v.(*signedLog)
+		sl.drops.Add(1)
+		sl.state.Store(nil)
+	}
+}
+
+// kick starts a signer goroutine for sl unless one runs.
+func (s *Server) kick(sl *signedLog) {
+	if !sl.running.CompareAndSwap(false, true) {
+		return
+	}
+	l := &s.ckpts
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		sl.running.Store(false)
+		return
+	}
+	l.wg.Add(1)
+	l.mu.Unlock()
+	go s.signLoop(sl)
+}
+
+// signLoop brings sl up to its log, at most once per interval unless a
+// reader waits for records not signed yet, until no append came in since its
+// last bring-up.
+func (s *Server) signLoop(sl *signedLog) {
+	defer s.ckpts.wg.Done()
+	for {
+		if !s.coalesce(sl) {
+			sl.running.Store(false)
+			return
+		}
+		sl.mu.Lock()
+		s.bringUp(sl)
+		sl.mu.Unlock()
+		sl.running.Store(false)
+		if sl.grown.Load() <= sl.tried.Load() || !sl.running.CompareAndSwap(false, true) {
+			return
+		}
+	}
+}
+
+// coalesce waits until the interval since sl's last bring-up is over or a
+// reader wants records that bring-up did not reach; false: the server closes.
+func (s *Server) coalesce(sl *signedLog) bool {
+	wait := time.Until(time.Unix(0, sl.last.Load()).Add(s.ckpts.interval))
+	if wait <= 0 {
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return true
+		case <-sl.flush:
+			if sl.want.Load() > sl.tried.Load() {
+				return true
+			} // a reader the last bring-up answered: wait on
+		case <-s.ckpts.stop:
+			return false
+		}
+	}
+}
+
+// bringUp extends sl's Merkle state to the log's end, verifying what it
+// reads, signs a checkpoint if the log grew, and publishes the outcome.
+// sl.mu is held.
+func (s *Server) bringUp(sl *signedLog) {
+	target := max(sl.grown.Load(), 1)
+	sl.tried.Store(target)
+	sl.last.Store(time.Now().UnixNano())
+	drops := sl.drops.Load()
+	pub, _ := sl.snapshot()
+	var last *checkpoint.Checkpoint
+	var note []byte
+	if pub != nil && pub.note != nil {
+		last, note = &pub.c, pub.note
+	}
+	st, err := s.extend(sl, last)
+	if err == nil && st.size < target {
+		err = newError(http.StatusInternalServerError, CodeCheckpointDiverged, fmt.Sprintf(
+			"agent %s: the store's log has %d records, the runtime acknowledged %d: it was truncated", sl.agent, st.size, target))
+	}
+	if err == nil && (last == nil || st.size > last.Size) {
+		var c checkpoint.Checkpoint
+		if c, err = st.g.Checkpoint(); err == nil {
+			var n []byte
+			if n, err = checkpoint.Sign(c, s.cfg.CheckpointSigner); err == nil {
+				s.ckpts.signed.Add(1)
+				last, note = &c, n
+			}
+		}
+	}
+	// The state stays while the runtime holds the agent (D205).
+	if err == nil && s.rt.IsLoaded(sl.agent) {
+		sl.state.Store(st)
+		if sl.drops.Load() != drops {
+			sl.state.Store(nil)
+		}
+	}
+	p := &published{note: note, err: err, tried: target}
+	if last != nil {
+		p.c = *last
+	}
+	if err != nil {
+		var ce *Error
+		if errors.As(err, &ce) && ce.Code == CodeCheckpointDiverged {
+			s.log.Error("checkpoint: the log no longer extends the last signed checkpoint", "agent", sl.agent, "reason", err.Error())
+		}
+		if last == nil && errors.Is(err, lineage.ErrUnknownAgent) {
+			s.ckpts.m.CompareAndDelete(sl.agent, sl) // keep nothing of a name that is no agent
+		}
+	}
+	sl.publish(p)
+}
+
+// extend returns sl's Merkle state brought to the end of the stored log,
+// without changing sl's: verified from genesis when the server first meets
+// the log, rebuilt from the stored hashes (checked against the last
+// checkpoint) when it left memory, and from there the new records verified
+// strictly, chained to the head (D201).
+func (s *Server) extend(sl *signedLog, last *checkpoint.Checkpoint) (*merkleState, error) {
+	agent := sl.agent
+	cur := sl.state.Load()
+	if last == nil || cur == nil || cur.size < last.Size {
+		st := &merkleState{g: checkpoint.NewGrowing(agent)}
+		if last == nil { // first meeting: the whole log, strictly
+			err := s.rt.VerifyTail(agent, 0, "", "", func(rec lineage.Record) error { return st.add(rec.Seq, rec.Hash, rec.Kind) })
+			if err != nil {
+				return nil, err
+			}
+			if st.size < 2 {
+				return nil, newError(http.StatusInternalServerError, CodeCorrupt, fmt.Sprintf("agent %s: the log ends before its policy record", agent))
+			}
+			return st, nil
+		}
+		if err := s.rt.ChainHashes(agent, last.Size, st.add); err != nil {
+			return nil, err
+		}
+		if st.size < last.Size {
+			return nil, diverged(agent, last, fmt.Sprintf("the log has %d records: truncated", st.size))
+		}
+		if c, err := st.g.Checkpoint(); err != nil || c.Text() != last.Text() {
+			return nil, diverged(agent, last, fmt.Sprintf("its first %d records do not have the signed root: a record at or before seq %d was changed", last.Size, last.Size-1))
+		}
+		cur = st
+	}
+	// The new records, strictly, chained to the head; applied only if all pass.
+	type leaf struct {
+		seq  uint64
+		hash string
+		kind lineage.Kind
+	}
+	var tail []leaf
+	err := s.rt.VerifyTail(agent, cur.size, cur.head, cur.kind, func(rec lineage.Record) error {
+		tail = append(tail, leaf{rec.Seq, rec.Hash, rec.Kind})
+		return nil
+	})
+	var ce *runtime.ChainError
+	if errors.As(err, &ce) && ce.Seq == cur.size {
+		return nil, diverged(agent, last, fmt.Sprintf("record %d does not follow record %d (%s) of the signed log: %s", ce.Seq, cur.size-1, cur.head, ce.Reason))
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range tail {
+		if err := cur.add(l.seq, l.hash, l.kind); err != nil {
+			return nil, err
+		}
+	}
+	return cur, nil
+}
+
+func diverged(agent string, last *checkpoint.Checkpoint, why string) error {
+	return newError(http.StatusInternalServerError, CodeCheckpointDiverged, fmt.Sprintf(
+		"agent %s: the log is not an extension of the checkpoint of %d records this server signed (head %s): %s",
+		agent, last.Size, last.Head, why))
+}
+
+// latest returns the agent's latest checkpoint once it covers every record
+// the runtime acknowledged before the call (asking the signer for them at
+// once), or the error that stopped it.
+func (s *Server) latest(ctx context.Context, agent string) (*published, error) {
 	if s.cfg.CheckpointSigner == nil {
 		return nil, newError(http.StatusNotImplemented, CodeNoCheckpointKey,
 			"this server signs no checkpoints: start it with lineagec serve --checkpoint-key FILE (a key from lineagec key generate)")
 	}
-	if sl.last != nil && !read {
-		info, err := s.rt.Info(r.Context(), agent)
-		if err != nil {
-			return nil, err
+	sl := s.ckpts.of(agent)
+	target := max(sl.grown.Load(), 1)
+	for {
+		pub, changed := sl.snapshot()
+		switch {
+		case pub != nil && pub.err == nil && pub.note != nil && pub.c.Size >= target:
+			s.touched(agent)
+			return pub, nil
+		case pub != nil && pub.err != nil && pub.tried >= target:
+			return nil, pub.err
 		}
-		if info.Seq+1 == sl.last.Size {
-			return nil, nil
+		for w := sl.want.Load(); w < target && !sl.want.CompareAndSwap(w, target); w = sl.want.Load() {
 		}
-	}
-	recs, err := s.rt.Records(agent)
-	if err != nil {
-		return nil, err
-	}
-	if len(recs) < 2 {
-		return nil, newError(http.StatusInternalServerError, CodeCorrupt, fmt.Sprintf("agent %s: the log ends before its policy record", agent))
-	}
-	s.touched(agent)
-	if sl.last != nil {
-		if res := checkpoint.Verify(recs, *sl.last, nil); !res.OK {
-			s.log.Error("checkpoint: the log no longer extends the last signed checkpoint", "agent", agent,
-				"checkpoint_size", sl.last.Size, "records", len(recs), "reason", res.Reason)
-			return nil, newError(http.StatusInternalServerError, CodeCheckpointDiverged, fmt.Sprintf(
-				"agent %s: the log of %d records is not an extension of the checkpoint of %d records this server signed (head %s): %s",
-				agent, len(recs), sl.last.Size, sl.last.Head, res.Reason))
+		s.kick(sl)
+		select {
+		case sl.flush <- struct{}{}:
+		default:
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
 	}
-	if sl.last != nil && sl.last.Size == uint64(len(recs)) {
-		return recs, nil // the same log (Verify said so): the same note
+}
+
+// LatestCheckpoint is the latest note the server signed of agent's log,
+// from memory (nil if none yet): what a job that ships checkpoints to a
+// witness reads without a request.
+func (s *Server) LatestCheckpoint(agent string) []byte {
+	v, ok := s.ckpts.m.Load(agent)
+	if !ok {
+		return nil
 	}
-	c, err := checkpoint.New(recs)
-	if err != nil {
-		return nil, err
+	pub, _ := v.(*signedLog).snapshot()
+	if pub == nil {
+		return nil
 	}
-	note, err := checkpoint.Sign(c, s.cfg.CheckpointSigner)
-	if err != nil {
-		return nil, err
-	}
-	sl.last, sl.note = &c, note
-	return recs, nil
+	return pub.note
 }
 
 func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, _ Principal) error {
@@ -108,18 +424,14 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, _ Principal)
 	if len(r.URL.Query()) > 0 {
 		return newError(http.StatusBadRequest, CodeBadRequest, "the checkpoint takes no query parameters")
 	}
-	sl := s.ckpts.of(agent)
-	sl.mu.Lock()
-	_, err := s.sign(r, agent, sl, false)
-	note := sl.note
-	sl.mu.Unlock()
+	pub, err := s.latest(r.Context(), agent)
 	if err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
-	_, err = w.Write(note)
+	_, err = w.Write(pub.note)
 	return err
 }
 
@@ -143,14 +455,12 @@ func (s *Server) proof(w http.ResponseWriter, r *http.Request, _ Principal) erro
 		}
 		size = n
 	}
-	sl := s.ckpts.of(agent)
-	sl.mu.Lock()
-	recs, err := s.sign(r, agent, sl, true)
-	sl.mu.Unlock()
+	pub, err := s.latest(r.Context(), agent)
 	if err != nil {
 		return err
 	}
-	n := uint64(len(recs))
+	c := pub.c
+	n := c.Size
 	switch {
 	case size > n:
 		return newError(http.StatusNotFound, CodeUnknownRecord, fmt.Sprintf("size=%d: agent %s has %d records", size, agent, n))
@@ -159,7 +469,22 @@ func (s *Server) proof(w http.ResponseWriter, r *http.Request, _ Principal) erro
 	case size > 0 && seq >= size:
 		return newError(http.StatusNotFound, CodeUnknownRecord, fmt.Sprintf("record %d is not in the tree of size %d (seq 0..%d)", seq, size, size-1))
 	}
-	p, err := checkpoint.InclusionProof(recs, seq, size)
+	// The tree's hashes from the store, chain-checked, never strictly
+	// re-verified; they must be the signed tree (D204).
+	hashes := make([]string, 0, n)
+	err = s.rt.ChainHashes(agent, n, func(_ uint64, hash string, _ lineage.Kind) error {
+		hashes = append(hashes, hash)
+		return nil
+	})
+	if err != nil { // a short log passes: InclusionProofOf names the truncation
+		return err
+	}
+	p, err := checkpoint.InclusionProofOf(c, hashes, seq, size)
+	if errors.Is(err, checkpoint.ErrDiverged) {
+		s.log.Error("checkpoint: the log no longer extends the last signed checkpoint", "agent", agent, "reason", err.Error())
+		return newError(http.StatusInternalServerError, CodeCheckpointDiverged, fmt.Sprintf(
+			"agent %s: the log is not the one of the checkpoint of %d records this server signed (head %s): %v", agent, c.Size, c.Head, err))
+	}
 	if err != nil {
 		return err
 	}

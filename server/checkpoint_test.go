@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
@@ -20,7 +21,6 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/checkpoint"
-	"github.com/lineage-guard/lineage/checkpoint/checkpointtest"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/server"
@@ -241,11 +241,13 @@ func TestCheckpointWithoutKey(t *testing.T) {
 
 // TestCheckpointRefusesARewrittenLog: once the server signed a checkpoint of
 // a log, a log rewritten on disk and re-hashed (its chain valid, its length
-// the same, so the store does not notice) is named, not signed (D152). While
-// the log has not grown the server serves the note it signed and reads
-// nothing (D151).
+// the same, so the store does not notice) is named, not signed (D152): the
+// new records do not follow the signed head (D201). While the log has not
+// grown the server serves the note it signed and reads nothing (D203). The
+// interval is long, so the new record is read when the GET asks for it,
+// after the rewrite.
 func TestCheckpointRefusesARewrittenLog(t *testing.T) {
-	e, verifier := startSigning(t)
+	e, verifier := startGrowing(t, time.Hour, 0)
 	agent, bot := e.agent()
 	pay(t, bot, agent, 3)
 	signed, err := e.admin.Checkpoint(bg, agent)
@@ -256,30 +258,7 @@ func TestCheckpointRefusesARewrittenLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(e.dir, agent+".jsonl")
-	forge := func() {
-		t.Helper()
-		b, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines := bytes.Split(bytes.TrimSuffix(b, []byte{'\n'}), []byte{'\n'})
-		forged, err := checkpointtest.Rehash(lines, 3, func(body []byte) []byte {
-			return bytes.Replace(body, []byte(`"amount":1`), []byte(`"amount":7`), 1)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := append(bytes.Join(forged, []byte{'\n'}), '\n')
-		if len(out) != len(b) || bytes.Equal(out, b) {
-			t.Fatalf("the forgery must change the log and keep its length (%d, was %d)", len(out), len(b))
-		}
-		if err := os.WriteFile(file, out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if v, err := e.admin.Verify(bg, agent); err != nil || !v.OK {
-			t.Fatalf("the forged log should verify as a chain, else the test proves nothing: %+v %v", v, err)
-		}
-	}
+	forge := func() { t.Helper(); forgeRecord(t, e, agent, 3) }
 	orig, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)

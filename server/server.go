@@ -42,6 +42,9 @@ type Config struct {
 	// CheckpointSigner, if set, signs the checkpoints of GET …/checkpoint
 	// (serve --checkpoint-key); nil answers no_checkpoint_key (checkpoint.go).
 	CheckpointSigner note.Signer
+	// CheckpointInterval is the least time between two checkpoints of one
+	// growing log (checkpoint.go); zero means DefaultCheckpointInterval.
+	CheckpointInterval time.Duration
 }
 
 // MaxWait is the longest ?wait= on a request.
@@ -83,12 +86,16 @@ func New(cfg Config) (*Server, error) {
 		s.mux.Handle(rt.pattern(), s.wrap(rt))
 	}
 	s.mountInbox()
+	if cfg.CheckpointSigner != nil {
+		s.startCheckpoints()
+	}
 	return s, nil
 }
 
 // Close ends the event streams and the held requests (they answer at once
-// with the verdict as it is); in-flight decisions are not affected.
-func (s *Server) Close() { s.hub.close() }
+// with the verdict as it is) and the checkpoint signers; in-flight
+// decisions are not affected.
+func (s *Server) Close() { s.hub.close(); s.stopCheckpoints() }
 
 // access says who may call a route.
 type access int

@@ -37,7 +37,7 @@ const (
 // cluster is nNodes servers over one database, each with its own runtime
 // and its own pool, and the admin, approver and agent clients of each.
 type cluster struct {
-	t        *testing.T
+	t        testing.TB
 	urls     []string
 	admin    []*client.Client
 	approver []*client.Client
@@ -46,7 +46,7 @@ type cluster struct {
 	hc       *http.Client // shared by every client, its idle connections closed first at the end
 }
 
-func startCluster(t *testing.T, url string, nodes int) *cluster {
+func startCluster(t testing.TB, url string, nodes int) *cluster {
 	t.Helper()
 	urls := make([]string, nodes)
 	for i := range urls {
@@ -57,7 +57,7 @@ func startCluster(t *testing.T, url string, nodes int) *cluster {
 
 // startClusterURLs starts one node per database URL (the same database,
 // maybe reached through a proxy).
-func startClusterURLs(t *testing.T, dbs []string) *cluster {
+func startClusterURLs(t testing.TB, dbs []string) *cluster {
 	t.Helper()
 	key := server.NewKey()
 	c := &cluster{t: t, adminTok: server.NewToken(), apprTok: server.NewToken(),

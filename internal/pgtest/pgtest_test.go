@@ -2,6 +2,7 @@ package pgtest
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -56,4 +57,27 @@ func TestRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	query(t, db, "SELECT 1")
+}
+
+// TestPgbench pins the benchmark's ceiling: pgbench runs a custom script on
+// a test's database, the rows land, and its tps is read.
+func TestPgbench(t *testing.T) {
+	db := URL(t)
+	conn, err := pgx.Connect(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = conn.Exec(context.Background(), "CREATE TABLE t (n bigint)")
+	conn.Close(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tps := Pgbench(t, db, Bench{Script: "INSERT INTO t VALUES (1);\n", Clients: 2, Seconds: 1})
+	n, _ := strconv.Atoi(query(t, db, "SELECT count(*)::text FROM t"))
+	if tps <= 0 || n == 0 {
+		t.Fatalf("pgbench: %v tps, %d rows", tps, n)
+	}
+	if _, err := parseTPS([]byte("number of failed transactions: 0 (0.000%)\n")); err == nil {
+		t.Fatal("parsed a tps from output without one")
+	}
 }

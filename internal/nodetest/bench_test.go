@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +21,7 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/internal/pgtest"
+	"github.com/lineage-guard/lineage/runtime/store/postgres"
 )
 
 // benchWindow is how long each measurement of BenchmarkNodes runs: pgbench's
@@ -26,6 +29,13 @@ import (
 // decisions. The default keeps `-benchtime 1x` (CI) to a few seconds; a
 // longer run: `go test ./internal/nodetest -run '^$' -bench Nodes -nodes.window 10s`.
 var benchWindow = flag.Duration("nodes.window", time.Second, "BenchmarkNodes: length of each measurement")
+
+// benchCommitters sets each node's group commits in flight (0: the store's default).
+var benchCommitters = flag.Int("nodes.committers", 0, "BenchmarkNodes: group commits in flight a node (0: the store's default)")
+
+// benchProfile names the CPU profiles of BenchmarkNodes' windows (of the
+// whole process: nodes and clients), one a node count: FILE.1nodes, ….
+var benchProfile = flag.String("nodes.cpuprofile", "", "BenchmarkNodes: write each window's CPU profile to `FILE`.Nnodes")
 
 const (
 	benchAgents  = 100
@@ -40,10 +50,11 @@ const (
 
 // benchRow is one line of BenchmarkNodes' table.
 type benchRow struct {
-	nodes    int
-	ceiling  float64 // pgbench's tps with nodes×benchPoolConns connections
-	rate     float64 // durable decisions/s through the nodes
-	p50, p99 time.Duration
+	nodes     int
+	ceiling   float64 // pgbench's tps with nodes×benchPoolConns connections
+	rate      float64 // durable decisions/s through the nodes
+	p50, p99  time.Duration
+	perCommit float64 // appends a group commit in the window
 }
 
 // BenchmarkNodes measures, in one run on one PostgreSQL (fsync on,
@@ -105,13 +116,14 @@ func BenchmarkNodes(b *testing.B) {
 	for n := 1; n <= nNodes; n++ {
 		row := benchRow{nodes: n}
 		row.ceiling = pgtest.Pgbench(b, dbURL, pgtest.Bench{Script: script, Clients: n * benchPoolConns, Seconds: secs})
-		row.rate, row.p50, row.p99 = benchDecide(b, ctx, db, agents, cls, n)
+		row.rate, row.p50, row.p99, row.perCommit = benchDecide(b, ctx, c, db, agents, cls, n)
 		rows = append(rows, row)
 		b.ReportMetric(row.ceiling, fmt.Sprintf("pgbench-tps/%dnodes", n))
 		b.ReportMetric(row.rate, fmt.Sprintf("decisions/s/%dnodes", n))
 		b.ReportMetric(row.rate/row.ceiling, fmt.Sprintf("ratio/%dnodes", n))
 		b.ReportMetric(float64(row.p50.Microseconds())/1000, fmt.Sprintf("p50-ms/%dnodes", n))
 		b.ReportMetric(float64(row.p99.Microseconds())/1000, fmt.Sprintf("p99-ms/%dnodes", n))
+		b.ReportMetric(row.perCommit, fmt.Sprintf("appends/commit/%dnodes", n))
 	}
 	b.StopTimer()
 	b.ReportMetric(0, "ns/op") // one run, not b.N operations
@@ -119,10 +131,10 @@ func BenchmarkNodes(b *testing.B) {
 	fmt.Fprintf(&tab, "%d agents, %d clients, %d-byte records, %v windows, pool %d a node:\n",
 		benchAgents, benchClients, recSize, *benchWindow, benchPoolConns)
 	tw := tabwriter.NewWriter(&tab, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "nodes\tdecisions/s\tpgbench tps\tratio\tp50 ms\tp99 ms\t")
+	fmt.Fprintln(tw, "nodes\tdecisions/s\tpgbench tps\tratio\tp50 ms\tp99 ms\tappends/commit\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.2f\t%.1f\t%.1f\t\n", r.nodes, r.rate, r.ceiling, r.rate/r.ceiling,
-			float64(r.p50.Microseconds())/1000, float64(r.p99.Microseconds())/1000)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.2f\t%.1f\t%.1f\t%.1f\t\n", r.nodes, r.rate, r.ceiling, r.rate/r.ceiling,
+			float64(r.p50.Microseconds())/1000, float64(r.p99.Microseconds())/1000, r.perCommit)
 	}
 	tw.Flush()
 	b.Log("\n" + tab.String())
@@ -133,7 +145,7 @@ func BenchmarkNodes(b *testing.B) {
 // in the window and their latencies' p50 and p99. Every answer must be an
 // allow with a seq, and the log table must have grown by exactly the
 // decisions acknowledged.
-func benchDecide(b *testing.B, ctx context.Context, db *pgx.Conn, agents []string, cls [][]*client.Client, n int) (rate float64, p50, p99 time.Duration) {
+func benchDecide(b *testing.B, ctx context.Context, c *cluster, db *pgx.Conn, agents []string, cls [][]*client.Client, n int) (rate float64, p50, p99 time.Duration, perCommit float64) {
 	b.Helper()
 	count := func() int64 {
 		var k int64
@@ -143,6 +155,15 @@ func benchDecide(b *testing.B, ctx context.Context, db *pgx.Conn, agents []strin
 		return k
 	}
 	before := count()
+	commits := func() (k postgres.Stats) {
+		for _, st := range c.stores[:n] {
+			s := st.Stats()
+			k.Commits += s.Commits
+			k.Appends += s.Appends
+		}
+		return k
+	}
+	var s0 postgres.Stats
 	var (
 		acked     atomic.Int64
 		stop      atomic.Bool
@@ -177,7 +198,21 @@ func benchDecide(b *testing.B, ctx context.Context, db *pgx.Conn, agents []strin
 			}
 		}()
 	}
+	time.Sleep(time.Until(from))
+	if *benchProfile != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%dnodes", *benchProfile, n))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	s0 = commits()
 	time.Sleep(time.Until(to))
+	s1 := commits()
 	stop.Store(true)
 	wg.Wait()
 	if b.Failed() {
@@ -192,7 +227,8 @@ func benchDecide(b *testing.B, ctx context.Context, db *pgx.Conn, agents []strin
 	}
 	slices.Sort(all)
 	pct := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
-	return float64(len(all)) / benchWindow.Seconds(), pct(0.50), pct(0.99)
+	return float64(len(all)) / benchWindow.Seconds(), pct(0.50), pct(0.99),
+		float64(s1.Appends-s0.Appends) / float64(max(1, s1.Commits-s0.Commits))
 }
 
 // withParam returns the database URL u with the query parameter k set to v.

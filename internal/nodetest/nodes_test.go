@@ -44,6 +44,7 @@ type cluster struct {
 	adminTok string
 	apprTok  string
 	hc       *http.Client // shared by every client, its idle connections closed first at the end
+	stores   []*postgres.Store
 }
 
 func startCluster(t testing.TB, url string, nodes int) *cluster {
@@ -67,7 +68,7 @@ func startClusterURLs(t testing.TB, dbs []string) *cluster {
 		{Name: "alice", Role: server.RoleApprover, TokenSHA256: server.TokenSHA256(c.apprTok)},
 	}
 	for _, url := range dbs {
-		st, err := postgres.Open(context.Background(), url, postgres.Options{Timeout: 2 * time.Second})
+		st, err := postgres.Open(context.Background(), url, postgres.Options{Timeout: 2 * time.Second, Committers: *benchCommitters})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,6 +98,7 @@ func startClusterURLs(t testing.TB, dbs []string) *cluster {
 			}
 		})
 		u := "http://" + ln.Addr().String()
+		c.stores = append(c.stores, st)
 		c.urls = append(c.urls, u)
 		c.admin = append(c.admin, c.client(u, c.adminTok))
 		c.approver = append(c.approver, c.client(u, c.apprTok))

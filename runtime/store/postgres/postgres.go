@@ -483,6 +483,18 @@ func (s *Store) Agents() ([]string, error) {
 	return ids, nil
 }
 
+// Stats counts a Store's group commits since Open.
+type Stats struct {
+	Commits int64 // group commits that committed
+	Appends int64 // appends in them
+}
+
+// Stats returns the store's counts of group commits (for benchmarks: the
+// appends a commit tell how well group commit works under a load).
+func (s *Store) Stats() Stats {
+	return Stats{Commits: s.groups.Load(), Appends: s.appends.Load()}
+}
+
 // Close implements store.Store: calls in progress complete first, then the
 // committers stop and the pool closes.
 func (s *Store) Close() error {

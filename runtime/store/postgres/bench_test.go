@@ -19,22 +19,11 @@ var benchRec = []byte(`{"pad":"` + strings.Repeat("x", 290) + `"}`)
 // BenchmarkAppendParallel measures durable appends (committed with
 // synchronous_commit on, on a server with fsync on) by 100 concurrent agents,
 // one goroutine each, one 300-byte record per Append, with 2, 4 (the
-// default) and 8 group commits in flight; and, with 4, a group's
-// single-record appends sent as one statement (the store's way, D173) next
-// to one statement each (the way before).
+// default) and 8 group commits in flight.
 func BenchmarkAppendParallel(b *testing.B) {
-	for _, bc := range []struct {
-		committers int
-		one        bool
-	}{{4, false}, {2, true}, {4, true}, {8, true}, {4, false}} {
-		name := fmt.Sprintf("committers=%d", bc.committers)
-		if !bc.one {
-			name += "/insert=each"
-		}
-		b.Run(name, func(b *testing.B) {
-			defer func(was bool) { oneStatement = was }(oneStatement)
-			oneStatement = bc.one
-			s, err := Open(context.Background(), pgtest.URL(b), Options{Committers: bc.committers})
+	for _, committers := range []int{2, 4, 8} {
+		b.Run(fmt.Sprintf("committers=%d", committers), func(b *testing.B) {
+			s, err := Open(context.Background(), pgtest.URL(b), Options{Committers: committers})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -275,76 +275,27 @@ func (s *Store) commit(group []*appendReq) {
 	}
 }
 
-// insertSingles is insertOne for every single-record append of a group in
-// one statement: its rows come as three arrays, each row inserted only if
-// its predecessor is in the log (as in insertOne, seen from the statement's
-// snapshot), ON CONFLICT DO NOTHING; the rows that landed come back.
-const insertSingles = `INSERT INTO lineage_records (agent, seq, rec)
-		SELECT u.agent, u.seq, u.rec FROM unnest($1::text[], $2::bigint[], $3::bytea[]) AS u(agent, seq, rec)
-		WHERE CASE WHEN u.seq = 0
-			THEN EXISTS (SELECT 1 FROM lineage_agents a WHERE a.agent = u.agent)
-			ELSE EXISTS (SELECT 1 FROM lineage_records r WHERE r.agent = u.agent AND r.seq = u.seq - 1) END
-		ON CONFLICT DO NOTHING
-		RETURNING agent, seq`
-
-// oneStatement sends a group's single-record appends as one statement
-// (insertSingles) rather than one insertOne each; the benchmarks compare both.
-var oneStatement = true
-
-// key names an append's first record.
-type key struct {
-	agent string
-	seq   int64
-}
-
 // send runs group as one pipelined batch and reports which appends landed.
 // It returns only after the transaction is committed or has failed.
 func (s *Store) send(ctx context.Context, group []*appendReq) ([]bool, error) {
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(group))}
-	var (
-		singles []int // the single-record appends that go in insertSingles
-		seen    map[key]bool
-	)
-	if oneStatement {
-		var agents []string
-		var seqs []int64
-		var recs [][]byte
-		for i, r := range group {
-			k := key{r.agent, int64(r.first)}
-			if len(r.recs) != 1 || seen[k] {
-				continue // a second append at a seq of the group: it loses to the first
-			}
-			if seen == nil {
-				seen = make(map[key]bool, len(group))
-			}
-			seen[k] = true
-			singles = append(singles, i)
-			agents, seqs, recs = append(agents, r.agent), append(seqs, k.seq), append(recs, r.recs[0])
-		}
-		if len(singles) > 0 {
-			b.Queue(insertSingles, agents, seqs, recs)
-		}
-	}
 	for _, r := range group {
-		switch {
-		case len(r.recs) > 1:
-			b.Queue(insertMany, r.agent, int64(r.first), r.recs)
-		case !oneStatement:
+		if len(r.recs) == 1 {
 			b.Queue(insertOne, r.agent, int64(r.first), r.recs[0])
+		} else {
+			b.Queue(insertMany, r.agent, int64(r.first), r.recs)
 		}
 	}
 	br := s.pool.SendBatch(ctx, b)
 	landed := make([]bool, len(group))
 	var err error
-	if len(singles) > 0 {
-		err = landedSingles(br, group, singles, landed)
-	}
 	for i, r := range group {
-		if err != nil {
-			break
-		}
-		switch {
-		case len(r.recs) > 1:
+		if len(r.recs) == 1 {
+			var tag pgconn.CommandTag
+			if tag, err = br.Exec(); err == nil {
+				landed[i] = tag.RowsAffected() == 1
+			}
+		} else {
 			var n int64
 			if err = br.QueryRow().Scan(&n); err == nil {
 				landed[i] = n == int64(len(r.recs))
@@ -352,11 +303,9 @@ func (s *Store) send(ctx context.Context, group []*appendReq) ([]bool, error) {
 					err = fmt.Errorf("%w: %s: %d of %d records landed", errBug, r.agent, n, len(r.recs))
 				}
 			}
-		case !oneStatement:
-			var tag pgconn.CommandTag
-			if tag, err = br.Exec(); err == nil {
-				landed[i] = tag.RowsAffected() == 1
-			}
+		}
+		if err != nil {
+			break
 		}
 	}
 	// Close reads up to the end of the batch: the implicit transaction's
@@ -370,32 +319,6 @@ func (s *Store) send(ctx context.Context, group []*appendReq) ([]bool, error) {
 	s.groups.Add(1)
 	s.appends.Add(int64(len(group)))
 	return landed, nil
-}
-
-// landedSingles reads insertSingles' rows and marks the appends of group
-// (at the indexes singles) whose record landed.
-func landedSingles(br pgx.BatchResults, group []*appendReq, singles []int, landed []bool) error {
-	at := make(map[key]int, len(singles))
-	for _, i := range singles {
-		at[key{group[i].agent, int64(group[i].first)}] = i
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var k key
-		if err := rows.Scan(&k.agent, &k.seq); err != nil {
-			return err
-		}
-		i, ok := at[k]
-		if !ok || landed[i] {
-			return fmt.Errorf("%w: a row (%s, %d) that no append of the group sent, or twice", errBug, k.agent, k.seq)
-		}
-		landed[i] = true
-	}
-	return rows.Err()
 }
 
 // refusal says why an append at firstSeq landed nothing (ErrNotFound or

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -41,9 +42,9 @@ const (
 	benchAgents  = 100
 	benchClients = 64
 	// benchPoolConns is each node's pool (pool_max_conns, the store's
-	// default: 4 committers and 4 more, D103); pgbench's ceiling for n nodes
-	// runs n×benchPoolConns connections.
-	benchPoolConns = 8
+	// default: 2 committers and 4 more, D103, D174); pgbench's ceiling for n
+	// nodes runs n×benchPoolConns connections.
+	benchPoolConns = 6
 	benchWarm      = 300 * time.Millisecond // decisions before each window, not counted
 	benchPolicy    = `{"budget": 1000000000, "tools": {"t": {"cost": 1}}}`
 )
@@ -55,6 +56,25 @@ type benchRow struct {
 	rate      float64 // durable decisions/s through the nodes
 	p50, p99  time.Duration
 	perCommit float64 // appends a group commit in the window
+	cpu       benchCPU
+}
+
+// benchCPU is the CPU used in a window: by this process (the nodes and the
+// clients) and by PostgreSQL's processes (zero if they are not local).
+type benchCPU struct{ node, pg time.Duration }
+
+// perDecision is a CPU time in µs a decision at rate over the window.
+func perDecision(d time.Duration, rate float64) float64 {
+	return float64(d.Microseconds()) / (rate * benchWindow.Seconds())
+}
+
+// processCPU is the user and system CPU this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkNodes measures, in one run on one PostgreSQL (fsync on,
@@ -116,7 +136,7 @@ func BenchmarkNodes(b *testing.B) {
 	for n := 1; n <= nNodes; n++ {
 		row := benchRow{nodes: n}
 		row.ceiling = pgtest.Pgbench(b, dbURL, pgtest.Bench{Script: script, Clients: n * benchPoolConns, Seconds: secs})
-		row.rate, row.p50, row.p99, row.perCommit = benchDecide(b, ctx, c, db, agents, cls, n)
+		row.rate, row.p50, row.p99, row.perCommit, row.cpu = benchDecide(b, ctx, c, db, agents, cls, n)
 		rows = append(rows, row)
 		b.ReportMetric(row.ceiling, fmt.Sprintf("pgbench-tps/%dnodes", n))
 		b.ReportMetric(row.rate, fmt.Sprintf("decisions/s/%dnodes", n))
@@ -124,6 +144,8 @@ func BenchmarkNodes(b *testing.B) {
 		b.ReportMetric(float64(row.p50.Microseconds())/1000, fmt.Sprintf("p50-ms/%dnodes", n))
 		b.ReportMetric(float64(row.p99.Microseconds())/1000, fmt.Sprintf("p99-ms/%dnodes", n))
 		b.ReportMetric(row.perCommit, fmt.Sprintf("appends/commit/%dnodes", n))
+		b.ReportMetric(perDecision(row.cpu.node, row.rate), fmt.Sprintf("node-cpu-µs/decision/%dnodes", n))
+		b.ReportMetric(perDecision(row.cpu.pg, row.rate), fmt.Sprintf("pg-cpu-µs/decision/%dnodes", n))
 	}
 	b.StopTimer()
 	b.ReportMetric(0, "ns/op") // one run, not b.N operations
@@ -131,10 +153,12 @@ func BenchmarkNodes(b *testing.B) {
 	fmt.Fprintf(&tab, "%d agents, %d clients, %d-byte records, %v windows, pool %d a node:\n",
 		benchAgents, benchClients, recSize, *benchWindow, benchPoolConns)
 	tw := tabwriter.NewWriter(&tab, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "nodes\tdecisions/s\tpgbench tps\tratio\tp50 ms\tp99 ms\tappends/commit\t")
+	fmt.Fprintln(tw, "nodes\tdecisions/s\tpgbench tps\tratio\tp50 ms\tp99 ms\tappends/commit\tnode CPU µs/dec\tPG CPU µs/dec\tcores used\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.2f\t%.1f\t%.1f\t%.1f\t\n", r.nodes, r.rate, r.ceiling, r.rate/r.ceiling,
-			float64(r.p50.Microseconds())/1000, float64(r.p99.Microseconds())/1000, r.perCommit)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%.2f\t\n", r.nodes, r.rate, r.ceiling, r.rate/r.ceiling,
+			float64(r.p50.Microseconds())/1000, float64(r.p99.Microseconds())/1000, r.perCommit,
+			perDecision(r.cpu.node, r.rate), perDecision(r.cpu.pg, r.rate),
+			(r.cpu.node+r.cpu.pg).Seconds()/benchWindow.Seconds())
 	}
 	tw.Flush()
 	b.Log("\n" + tab.String())
@@ -145,7 +169,7 @@ func BenchmarkNodes(b *testing.B) {
 // in the window and their latencies' p50 and p99. Every answer must be an
 // allow with a seq, and the log table must have grown by exactly the
 // decisions acknowledged.
-func benchDecide(b *testing.B, ctx context.Context, c *cluster, db *pgx.Conn, agents []string, cls [][]*client.Client, n int) (rate float64, p50, p99 time.Duration, perCommit float64) {
+func benchDecide(b *testing.B, ctx context.Context, c *cluster, db *pgx.Conn, agents []string, cls [][]*client.Client, n int) (rate float64, p50, p99 time.Duration, perCommit float64, cpu benchCPU) {
 	b.Helper()
 	count := func() int64 {
 		var k int64
@@ -211,8 +235,19 @@ func benchDecide(b *testing.B, ctx context.Context, c *cluster, db *pgx.Conn, ag
 		defer pprof.StopCPUProfile()
 	}
 	s0 = commits()
+	pg0, pgOK, err := pgtest.ServerCPU(ctx, db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	go0 := processCPU(b)
 	time.Sleep(time.Until(to))
 	s1 := commits()
+	cpu.node = processCPU(b) - go0
+	if pg1, ok, err := pgtest.ServerCPU(ctx, db); err != nil {
+		b.Fatal(err)
+	} else if ok && pgOK {
+		cpu.pg = pgtest.CPUSince(pg0, pg1)
+	}
 	stop.Store(true)
 	wg.Wait()
 	if b.Failed() {
@@ -228,7 +263,7 @@ func benchDecide(b *testing.B, ctx context.Context, c *cluster, db *pgx.Conn, ag
 	slices.Sort(all)
 	pct := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
 	return float64(len(all)) / benchWindow.Seconds(), pct(0.50), pct(0.99),
-		float64(s1.Appends-s0.Appends) / float64(max(1, s1.Commits-s0.Commits))
+		float64(s1.Appends-s0.Appends) / float64(max(1, s1.Commits-s0.Commits)), cpu
 }
 
 // withParam returns the database URL u with the query parameter k set to v.

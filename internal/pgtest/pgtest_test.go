@@ -2,6 +2,7 @@ package pgtest
 
 import (
 	"context"
+	"os"
 	"strconv"
 	"testing"
 
@@ -79,5 +80,37 @@ func TestPgbench(t *testing.T) {
 	}
 	if _, err := parseTPS([]byte("number of failed transactions: 0 (0.000%)\n")); err == nil {
 		t.Fatal("parsed a tps from output without one")
+	}
+}
+
+// TestServerCPU pins the benchmark's reading of PostgreSQL's CPU: work on a
+// connection shows as CPU of the server's processes.
+func TestServerCPU(t *testing.T) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	before, ok, err := ServerCPU(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		if os.Getenv(EnvURL) != "" {
+			t.Skipf("the server at %s is not on this machine", EnvURL)
+		}
+		t.Fatal("the server that pgtest started: its processes not found in /proc")
+	}
+	var n int64
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM generate_series(1, 3000000)").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	after, _, err := ServerCPU(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := CPUSince(before, after); d <= 0 {
+		t.Fatalf("counting 3,000,000 rows used %v of the server's CPU", d)
 	}
 }

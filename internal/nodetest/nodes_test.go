@@ -37,16 +37,17 @@ const (
 // cluster is nNodes servers over one database, each with its own runtime
 // and its own pool, and the admin, approver and agent clients of each.
 type cluster struct {
-	t        *testing.T
+	t        testing.TB
 	urls     []string
 	admin    []*client.Client
 	approver []*client.Client
 	adminTok string
 	apprTok  string
 	hc       *http.Client // shared by every client, its idle connections closed first at the end
+	stores   []*postgres.Store
 }
 
-func startCluster(t *testing.T, url string, nodes int) *cluster {
+func startCluster(t testing.TB, url string, nodes int) *cluster {
 	t.Helper()
 	urls := make([]string, nodes)
 	for i := range urls {
@@ -57,7 +58,7 @@ func startCluster(t *testing.T, url string, nodes int) *cluster {
 
 // startClusterURLs starts one node per database URL (the same database,
 // maybe reached through a proxy).
-func startClusterURLs(t *testing.T, dbs []string) *cluster {
+func startClusterURLs(t testing.TB, dbs []string) *cluster {
 	t.Helper()
 	key := server.NewKey()
 	c := &cluster{t: t, adminTok: server.NewToken(), apprTok: server.NewToken(),
@@ -67,7 +68,7 @@ func startClusterURLs(t *testing.T, dbs []string) *cluster {
 		{Name: "alice", Role: server.RoleApprover, TokenSHA256: server.TokenSHA256(c.apprTok)},
 	}
 	for _, url := range dbs {
-		st, err := postgres.Open(context.Background(), url, postgres.Options{Timeout: 2 * time.Second})
+		st, err := postgres.Open(context.Background(), url, postgres.Options{Timeout: 2 * time.Second, Committers: *benchCommitters})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,6 +98,7 @@ func startClusterURLs(t *testing.T, dbs []string) *cluster {
 			}
 		})
 		u := "http://" + ln.Addr().String()
+		c.stores = append(c.stores, st)
 		c.urls = append(c.urls, u)
 		c.admin = append(c.admin, c.client(u, c.adminTok))
 		c.approver = append(c.approver, c.client(u, c.apprTok))

@@ -385,3 +385,20 @@ func TestCloseWhileAppending(t *testing.T) {
 		storetest.WantLog(t, again, fmt.Sprintf("agt_%02d", a), int(acked[a]))
 	}
 }
+
+// TestDefaultPool pins the defaults that docs/stores.md states and that
+// BenchmarkNodes sizes pgbench's ceiling by: 2 group commits in flight and a
+// pool of 6 connections, unless the URL sets pool_max_conns (D174).
+func TestDefaultPool(t *testing.T) {
+	url := pgtest.URL(t)
+	if got := open(t, url).pool.Config().MaxConns; got != 6 {
+		t.Errorf("default pool: %d connections, want 6 (2 committers and 4 more)", got)
+	}
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	if got := open(t, url+sep+"pool_max_conns=3").pool.Config().MaxConns; got != 3 {
+		t.Errorf("pool_max_conns=3: a pool of %d connections", got)
+	}
+}

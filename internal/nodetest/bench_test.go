@@ -1,0 +1,279 @@
+package nodetest
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"net/url"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/client"
+	"github.com/lineage-guard/lineage/internal/pgtest"
+	"github.com/lineage-guard/lineage/runtime/store/postgres"
+)
+
+// benchWindow is how long each measurement of BenchmarkNodes runs: pgbench's
+// -T (rounded up to whole seconds) and each node count's window of
+// decisions. The default keeps `-benchtime 1x` (CI) to a few seconds; a
+// longer run: `go test ./internal/nodetest -run '^$' -bench Nodes -nodes.window 10s`.
+var benchWindow = flag.Duration("nodes.window", time.Second, "BenchmarkNodes: length of each measurement")
+
+// benchCommitters sets each node's group commits in flight (0: the store's default).
+var benchCommitters = flag.Int("nodes.committers", 0, "BenchmarkNodes: group commits in flight a node (0: the store's default)")
+
+// benchProfile names the CPU profiles of BenchmarkNodes' windows (of the
+// whole process: nodes and clients), one a node count: FILE.1nodes, ….
+var benchProfile = flag.String("nodes.cpuprofile", "", "BenchmarkNodes: write each window's CPU profile to `FILE`.Nnodes")
+
+const (
+	benchAgents  = 100
+	benchClients = 64
+	// benchPoolConns is each node's pool (pool_max_conns, the store's
+	// default: 2 committers and 4 more, D103, D174); pgbench's ceiling for n
+	// nodes runs n×benchPoolConns connections.
+	benchPoolConns = 6
+	benchWarm      = 300 * time.Millisecond // decisions before each window, not counted
+	benchPolicy    = `{"budget": 1000000000, "tools": {"t": {"cost": 1}}}`
+)
+
+// benchRow is one line of BenchmarkNodes' table.
+type benchRow struct {
+	nodes     int
+	ceiling   float64 // pgbench's tps with nodes×benchPoolConns connections
+	rate      float64 // durable decisions/s through the nodes
+	p50, p99  time.Duration
+	perCommit float64 // appends a group commit in the window
+	cpu       benchCPU
+}
+
+// benchCPU is the CPU used in a window: by this process (the nodes and the
+// clients) and by PostgreSQL's processes (zero if they are not local).
+type benchCPU struct{ node, pg time.Duration }
+
+// perDecision is a CPU time in µs a decision at rate over the window.
+func perDecision(d time.Duration, rate float64) float64 {
+	return float64(d.Microseconds()) / (rate * benchWindow.Seconds())
+}
+
+// processCPU is the user and system CPU this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkNodes measures, in one run on one PostgreSQL (fsync on,
+// synchronous_commit on), for 1, 2 and 3 serve nodes (in-process servers
+// over HTTP on loopback, each with its own pool of benchPoolConns
+// connections): the database's own ceiling, pgbench inserting one row of the
+// size of one of our action records per transaction into a table shaped like
+// lineage_records with as many connections as the nodes' pools; and the
+// durable decisions/s and p50/p99 latency of 64 closed-loop clients spread
+// over the nodes (client i on node i mod n), deciding for 100 agents, each
+// decision an allow recorded and acknowledged. Each client owns its agents
+// (client i: agents i and i+64), so no two calls of one agent are in flight
+// at once (D170–D172). Everything shares this machine's cores: nodes,
+// clients, PostgreSQL and pgbench.
+//
+// b.N is not a loop count: one run measures, for -nodes.window each.
+func BenchmarkNodes(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	dbURL := pgtest.URL(b)
+	nodeURL, err := withParam(dbURL, "pool_max_conns", fmt.Sprint(benchPoolConns))
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := startCluster(b, nodeURL, nNodes)
+	agents := make([]string, benchAgents)
+	cls := make([][]*client.Client, benchAgents) // agent, node
+	for i := range agents {
+		agents[i], cls[i] = c.agent(ctx, benchPolicy)
+	}
+	db, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close(context.Background())
+
+	// One decision per agent, so that there is an action record to size
+	// pgbench's row by.
+	for i, a := range agents {
+		if v, err := cls[i][0].Request(ctx, a, lineage.Request{ID: "size", Tool: "t"}); err != nil || v.Decision != lineage.Allow {
+			b.Fatalf("%s: %+v, %v", a, v, err)
+		}
+	}
+	var recSize int
+	if err := db.QueryRow(ctx, `SELECT octet_length(rec) FROM lineage_records
+		WHERE agent = $1 ORDER BY seq DESC LIMIT 1`, agents[0]).Scan(&recSize); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `CREATE TABLE bench_records (LIKE lineage_records INCLUDING ALL);
+		CREATE SEQUENCE bench_seq`); err != nil {
+		b.Fatal(err)
+	}
+	script := fmt.Sprintf("INSERT INTO bench_records (agent, seq, rec) VALUES "+
+		"('agt_' || :client_id, nextval('bench_seq'), convert_to(repeat('x', %d), 'UTF8'));\n", recSize)
+	secs := int(math.Ceil(benchWindow.Seconds()))
+
+	b.ResetTimer()
+	var rows []benchRow
+	for n := 1; n <= nNodes; n++ {
+		row := benchRow{nodes: n}
+		row.ceiling = pgtest.Pgbench(b, dbURL, pgtest.Bench{Script: script, Clients: n * benchPoolConns, Seconds: secs})
+		row.rate, row.p50, row.p99, row.perCommit, row.cpu = benchDecide(b, ctx, c, db, agents, cls, n)
+		rows = append(rows, row)
+		b.ReportMetric(row.ceiling, fmt.Sprintf("pgbench-tps/%dnodes", n))
+		b.ReportMetric(row.rate, fmt.Sprintf("decisions/s/%dnodes", n))
+		b.ReportMetric(row.rate/row.ceiling, fmt.Sprintf("ratio/%dnodes", n))
+		b.ReportMetric(float64(row.p50.Microseconds())/1000, fmt.Sprintf("p50-ms/%dnodes", n))
+		b.ReportMetric(float64(row.p99.Microseconds())/1000, fmt.Sprintf("p99-ms/%dnodes", n))
+		b.ReportMetric(row.perCommit, fmt.Sprintf("appends/commit/%dnodes", n))
+		b.ReportMetric(perDecision(row.cpu.node, row.rate), fmt.Sprintf("node-cpu-µs/decision/%dnodes", n))
+		b.ReportMetric(perDecision(row.cpu.pg, row.rate), fmt.Sprintf("pg-cpu-µs/decision/%dnodes", n))
+	}
+	b.StopTimer()
+	b.ReportMetric(0, "ns/op") // one run, not b.N operations
+	var tab strings.Builder
+	fmt.Fprintf(&tab, "%d agents, %d clients, %d-byte records, %v windows, pool %d a node:\n",
+		benchAgents, benchClients, recSize, *benchWindow, benchPoolConns)
+	tw := tabwriter.NewWriter(&tab, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "nodes\tdecisions/s\tpgbench tps\tratio\tp50 ms\tp99 ms\tappends/commit\tnode CPU µs/dec\tPG CPU µs/dec\tcores used\t")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%.2f\t\n", r.nodes, r.rate, r.ceiling, r.rate/r.ceiling,
+			float64(r.p50.Microseconds())/1000, float64(r.p99.Microseconds())/1000, r.perCommit,
+			perDecision(r.cpu.node, r.rate), perDecision(r.cpu.pg, r.rate),
+			(r.cpu.node+r.cpu.pg).Seconds()/benchWindow.Seconds())
+	}
+	tw.Flush()
+	b.Log("\n" + tab.String())
+}
+
+// benchDecide runs benchClients closed-loop clients over the first n nodes
+// for benchWarm and then *benchWindow, and returns the decisions/s completed
+// in the window and their latencies' p50 and p99. Every answer must be an
+// allow with a seq, and the log table must have grown by exactly the
+// decisions acknowledged.
+func benchDecide(b *testing.B, ctx context.Context, c *cluster, db *pgx.Conn, agents []string, cls [][]*client.Client, n int) (rate float64, p50, p99 time.Duration, perCommit float64, cpu benchCPU) {
+	b.Helper()
+	count := func() int64 {
+		var k int64
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM lineage_records`).Scan(&k); err != nil {
+			b.Fatal(err)
+		}
+		return k
+	}
+	before := count()
+	commits := func() (k postgres.Stats) {
+		for _, st := range c.stores[:n] {
+			s := st.Stats()
+			k.Commits += s.Commits
+			k.Appends += s.Appends
+		}
+		return k
+	}
+	var s0 postgres.Stats
+	var (
+		acked     atomic.Int64
+		stop      atomic.Bool
+		from, to  time.Time // the window, set before the clients start
+		wg        sync.WaitGroup
+		latencies = make([][]time.Duration, benchClients)
+	)
+	start := time.Now()
+	from = start.Add(benchWarm)
+	to = from.Add(*benchWindow)
+	for cl := range benchClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []int // this client's agents
+			for a := cl; a < len(agents); a += benchClients {
+				mine = append(mine, a)
+			}
+			for i := 0; !stop.Load(); i++ {
+				a := mine[i%len(mine)]
+				t0 := time.Now()
+				v, err := cls[a][cl%n].Request(ctx, agents[a], lineage.Request{ID: fmt.Sprintf("n%d_c%d_%d", n, cl, i), Tool: "t"})
+				t1 := time.Now()
+				if err != nil || v.Decision != lineage.Allow || v.Seq == 0 {
+					b.Errorf("client %d on node %d, agent %s: %+v, %v; want an allow with a seq", cl, cl%n, agents[a], v, err)
+					return
+				}
+				acked.Add(1)
+				if !t1.Before(from) && t1.Before(to) {
+					latencies[cl] = append(latencies[cl], t1.Sub(t0))
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Until(from))
+	if *benchProfile != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%dnodes", *benchProfile, n))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	s0 = commits()
+	pg0, pgOK, err := pgtest.ServerCPU(ctx, db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	go0 := processCPU(b)
+	time.Sleep(time.Until(to))
+	s1 := commits()
+	cpu.node = processCPU(b) - go0
+	if pg1, ok, err := pgtest.ServerCPU(ctx, db); err != nil {
+		b.Fatal(err)
+	} else if ok && pgOK {
+		cpu.pg = pgtest.CPUSince(pg0, pg1)
+	}
+	stop.Store(true)
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
+	if grown := count() - before; grown != acked.Load() {
+		b.Fatalf("%d nodes: %d decisions acknowledged, the log table grew by %d records", n, acked.Load(), grown)
+	}
+	all := slices.Concat(latencies...)
+	if len(all) == 0 {
+		b.Fatalf("%d nodes: no decision completed in the window", n)
+	}
+	slices.Sort(all)
+	pct := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
+	return float64(len(all)) / benchWindow.Seconds(), pct(0.50), pct(0.99),
+		float64(s1.Appends-s0.Appends) / float64(max(1, s1.Commits-s0.Commits)), cpu
+}
+
+// withParam returns the database URL u with the query parameter k set to v.
+func withParam(u, k, v string) (string, error) {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "", fmt.Errorf("the test database's URL: %w", err)
+	}
+	q := p.Query()
+	q.Set(k, v)
+	p.RawQuery = q.Encode()
+	return p.String(), nil
+}

@@ -17,6 +17,8 @@ import (
 	"github.com/lineage-guard/lineage/replay"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
 )
 
 var genesis = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
@@ -407,17 +409,29 @@ func replayOnce(b *testing.B, rp *replay.Replayer, recs []lineage.Record) {
 	}
 }
 
+// reportRates reports requests/s and acts/s of benchLog's log replayed b.N
+// times, and requests/cpu-s: requests per second of the CPU time the
+// process used since cpu (every thread: decoding, GC).
+func reportRates(b *testing.B, cpu time.Duration) {
+	n := float64(b.N)
+	b.ReportMetric(benchRequests*n/b.Elapsed().Seconds(), "requests/s")
+	b.ReportMetric(benchActs*n/b.Elapsed().Seconds(), "acts/s")
+	if used := cpuTime() - cpu; used > 0 {
+		b.ReportMetric(benchRequests*n/used.Seconds(), "requests/cpu-s")
+	}
+}
+
 // BenchmarkReplay replays one log on one goroutine (what lineagec replay
 // does); it reports replayed requests per second.
 func BenchmarkReplay(b *testing.B) {
 	recs, c, runtimeRate := benchLog(b)
 	rp := replay.New(c)
 	b.ResetTimer()
+	cpu := cpuTime()
 	for i := 0; i < b.N; i++ {
 		replayOnce(b, rp, recs)
 	}
-	b.ReportMetric(float64(benchRequests)*float64(b.N)/b.Elapsed().Seconds(), "requests/s")
-	b.ReportMetric(float64(benchActs)*float64(b.N)/b.Elapsed().Seconds(), "acts/s")
+	reportRates(b, cpu)
 	b.ReportMetric(runtimeRate, "runtime_requests/s")
 }
 
@@ -426,13 +440,64 @@ func BenchmarkReplay(b *testing.B) {
 func BenchmarkReplayParallel(b *testing.B) {
 	recs, c, runtimeRate := benchLog(b)
 	b.ResetTimer()
+	cpu := cpuTime()
 	b.RunParallel(func(pb *testing.PB) {
 		rp := replay.New(c)
 		for pb.Next() {
 			replayOnce(b, rp, recs)
 		}
 	})
-	b.ReportMetric(float64(benchRequests)*float64(b.N)/b.Elapsed().Seconds(), "requests/s")
-	b.ReportMetric(float64(benchActs)*float64(b.N)/b.Elapsed().Seconds(), "acts/s")
+	reportRates(b, cpu)
 	b.ReportMetric(runtimeRate, "runtime_requests/s")
+}
+
+// BenchmarkReplayOPAFloor is the ceiling of a replay of benchLog's log: the
+// new policy's query evaluated alone (prepared and evaluated as the runtime
+// does, runtime.PrepareQuery and runtime.EvalOptions) on the very inputs the
+// replay builds (runtime.Options.OnDecision), with no log, no state and no
+// decoding. It reports requests/s as BenchmarkReplay does.
+func BenchmarkReplayOPAFloor(b *testing.B) {
+	ctx := context.Background()
+	recs, c, _ := benchLog(b)
+	var inputs []ast.Value
+	rt := runtime.Open(store.NewMemory(), runtime.Options{OnDecision: func(_ string, in ast.Value) { inputs = append(inputs, in) }})
+	agent, err := rt.CreateAgent(ctx, c, runtime.CreateOptions{At: genesis})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, rec := range recs[2:] {
+		var body struct {
+			Request   lineage.RecordedRequest `json:"request"`
+			RequestID string                  `json:"request_id"`
+		}
+		if err := json.Unmarshal(rec.Body, &body); err != nil {
+			b.Fatal(err)
+		}
+		switch rec.Kind {
+		case lineage.KindAction:
+			_, err = rt.Request(ctx, agent, lineage.Request{Tool: body.Request.Tool, Args: body.Request.Args, At: rec.At.Time})
+		case lineage.KindApproval:
+			_, err = rt.Approve(ctx, agent, runtime.Approval{RequestID: body.RequestID, By: "alice", At: rec.At.Time})
+		}
+		if err != nil && !errors.Is(err, lineage.ErrSealed) && !errors.Is(err, lineage.ErrNotPending) {
+			b.Fatal(err)
+		}
+	}
+	b.Logf("%d evaluations", len(inputs))
+	pq, err := runtime.PrepareQuery(ctx, c, c.Query)
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts := runtime.EvalOptions(c)
+	b.ResetTimer()
+	cpu := cpuTime()
+	for i := 0; i < b.N; i++ {
+		for _, in := range inputs {
+			var o [4]rego.EvalOption
+			if rs, err := pq.Eval(ctx, append(append(o[:0], opts...), rego.EvalParsedInput(in))...); err != nil || len(rs) != 1 {
+				b.Fatal(err)
+			}
+		}
+	}
+	reportRates(b, cpu)
 }

@@ -1,0 +1,161 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/policy"
+)
+
+// Scratch is an agent on no store, for replay (package replay, D190): its
+// acts are decided exactly as the runtime decides any agent's (the same
+// decision steps, the compiled policy's prepared query of this runtime's
+// engine) and its records folded by the one fold, but nothing is written,
+// and a request's args come already in canonical JSON, as a verified log
+// holds them, so they are decoded only when the policy or a pending request
+// needs them. The records are sealed as an append seals them, so Head is the
+// head of the log the agent would have written. A Scratch is used by one
+// goroutine at a time; scratch agents of one runtime run in parallel.
+type Scratch struct {
+	r *Runtime
+	a *agent
+}
+
+// NewScratch starts a scratch agent with the given id under c: its genesis
+// and policy records are folded as CreateAgent writes them. A parent must
+// carry its head (there is no store to read it from); o.At zero means now.
+func (r *Runtime) NewScratch(ctx context.Context, c *policy.Compiled, id string, o CreateOptions) (*Scratch, error) {
+	if c == nil {
+		return nil, errors.New("no compiled policy")
+	}
+	if o.Parent != nil && o.Parent.Head == "" {
+		return nil, fmt.Errorf("%w: scratch agent %s: the parent %s has no head", lineage.ErrBadRequest, id, o.Parent.Agent)
+	}
+	eng, err := r.engineFor(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	at := o.At
+	if at.IsZero() {
+		at = r.opts.Clock()
+	}
+	if err := recordable(at); err != nil {
+		return nil, err
+	}
+	s := &Scratch{r: r, a: &agent{id: id, f: newFolded(), eng: eng}}
+	err = s.commit(at, []item{
+		{kind: lineage.KindGenesis, body: &lineage.GenesisBody{Agent: id, Name: o.Name, Parent: o.Parent}},
+		{kind: lineage.KindPolicy, body: &lineage.PolicyBody{Digest: c.Digest, Policy: c.Document}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// CanonicalRequest is a request whose args are the canonical JSON (RFC 8785)
+// of an object, as a log records them; nil Args means none ({}).
+type CanonicalRequest struct {
+	ID   string
+	Tool string
+	Args []byte
+	At   time.Time
+}
+
+// Request decides a request as Runtime.Request does and folds its records.
+func (s *Scratch) Request(ctx context.Context, req CanonicalRequest) (lineage.Verdict, error) {
+	cr, err := s.checkCanonical(req)
+	if err != nil {
+		return lineage.Verdict{}, err
+	}
+	v, at, items, err := s.r.request(ctx, s.a, cr, req.At)
+	if err != nil {
+		return lineage.Verdict{}, err
+	}
+	return v, s.commit(at, items)
+}
+
+// checkCanonical is checkRequest for canonical args: the same checks of the
+// id, the tool and the size, and of the args themselves (depth, numbers)
+// when they are decoded, for the policy (its CEL or extensions read them)
+// or for a pending request (checkRequest runs again on its approval).
+func (s *Scratch) checkCanonical(req CanonicalRequest) (*checkedRequest, error) {
+	if err := checkIDTool(req.ID, req.Tool); err != nil {
+		return nil, err
+	}
+	if req.Args == nil || string(req.Args) == "{}" {
+		return &checkedRequest{id: req.ID, tool: req.Tool, canonArgs: emptyObject, argsValue: ast.NewObject()}, nil
+	}
+	if req.Args[0] != '{' {
+		return nil, badRequest("args are not a JSON object")
+	}
+	if n := len(req.Args) + len(req.ID) + len(req.Tool); n > MaxRequestBytes {
+		return nil, badRequest("request is %d bytes, over the limit of %d", n, MaxRequestBytes)
+	}
+	cr := &checkedRequest{id: req.ID, tool: req.Tool, canonArgs: req.Args}
+	if s.a.eng.reads.All || s.a.eng.reads.Args {
+		args, err := cr.argsMap()
+		if err != nil {
+			return nil, err
+		}
+		if err := checkValue(args); err != nil {
+			return nil, err
+		}
+	}
+	return cr, nil
+}
+
+// Approve decides an approval as Runtime.Approve does.
+func (s *Scratch) Approve(ctx context.Context, ap Approval) (lineage.Verdict, error) {
+	return s.pending(ctx, ap, modeApprove)
+}
+
+// Reject decides a rejection as Runtime.Reject does.
+func (s *Scratch) Reject(ctx context.Context, ap Approval) (lineage.Verdict, error) {
+	return s.pending(ctx, ap, modeReject)
+}
+
+func (s *Scratch) pending(ctx context.Context, ap Approval, m mode) (lineage.Verdict, error) {
+	v, at, items, err := s.r.pending(ctx, s.a, ap, m)
+	if err != nil {
+		return lineage.Verdict{}, err
+	}
+	return v, s.commit(at, items)
+}
+
+// Terminate kills the agent as Runtime.Terminate does.
+func (s *Scratch) Terminate(k Kill) error {
+	at, items, err := s.r.kill(s.a, k)
+	if err != nil {
+		return err
+	}
+	return s.commit(at, items)
+}
+
+// State is the agent's folded state.
+func (s *Scratch) State() lineage.State { return s.a.f.State() }
+
+// commit seals records onto the chain and folds them, as append does, with
+// no store.
+func (s *Scratch) commit(at time.Time, items []item) error {
+	f := s.a.f
+	first := f.seq + 1
+	if f.head == "" {
+		first = 0
+	}
+	for i, it := range items {
+		rec, err := hashRecord(first+uint64(i), at, it, f.head)
+		if err != nil {
+			return fmt.Errorf("agent %s: encoding %s record: %w", s.a.id, it.kind, err)
+		}
+		if err := f.fold(rec, it.body, it.args); err != nil {
+			return fmt.Errorf("agent %s: folding record %d: %w", s.a.id, rec.Seq, err)
+		}
+	}
+	return nil
+}

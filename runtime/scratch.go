@@ -1,10 +1,13 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -81,9 +84,8 @@ func (s *Scratch) Request(ctx context.Context, req CanonicalRequest) (lineage.Ve
 }
 
 // checkCanonical is checkRequest for canonical args: the same checks of the
-// id, the tool and the size, and of the args themselves (depth, numbers)
-// when they are decoded, for the policy (its CEL or extensions read them)
-// or for a pending request (checkRequest runs again on its approval).
+// id, the tool, the size and the args (checkArgsJSON), without decoding the
+// args unless the policy reads them (its CEL or extensions).
 func (s *Scratch) checkCanonical(req CanonicalRequest) (*checkedRequest, error) {
 	if err := checkIDTool(req.ID, req.Tool); err != nil {
 		return nil, err
@@ -91,23 +93,80 @@ func (s *Scratch) checkCanonical(req CanonicalRequest) (*checkedRequest, error) 
 	if req.Args == nil || string(req.Args) == "{}" {
 		return &checkedRequest{id: req.ID, tool: req.Tool, canonArgs: emptyObject, argsValue: ast.NewObject()}, nil
 	}
-	if req.Args[0] != '{' {
-		return nil, badRequest("args are not a JSON object")
-	}
 	if n := len(req.Args) + len(req.ID) + len(req.Tool); n > MaxRequestBytes {
 		return nil, badRequest("request is %d bytes, over the limit of %d", n, MaxRequestBytes)
 	}
+	if err := checkArgsJSON(req.Args); err != nil {
+		return nil, err
+	}
 	cr := &checkedRequest{id: req.ID, tool: req.Tool, canonArgs: req.Args}
 	if s.a.eng.reads.All || s.a.eng.reads.Args {
-		args, err := cr.argsMap()
-		if err != nil {
-			return nil, err
-		}
-		if err := checkValue(args); err != nil {
+		if _, err := cr.argsMap(); err != nil {
 			return nil, err
 		}
 	}
 	return cr, nil
+}
+
+// checkArgsJSON accepts exactly the args, given as JSON, that checkValue
+// accepts once they are decoded (numbers as json.Number): a JSON object, at
+// most MaxArgsDepth levels deep, whose numbers checkNumber accepts. It scans
+// the bytes instead of decoding them; anything it refuses is decoded and
+// checked by checkValue, for the error that names where (D192).
+// TestCheckArgsJSON holds the two equal.
+func checkArgsJSON(b []byte) error {
+	if ok := scanArgs(b); !ok {
+		var args map[string]any
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		if err := dec.Decode(&args); err != nil || dec.More() || args == nil {
+			return badRequest("args are not a JSON object")
+		}
+		if err := checkValue(args); err != nil {
+			return err
+		}
+		return badRequest("args are not canonical JSON") // scanArgs refuses no valid args but for this
+	}
+	return nil
+}
+
+// scanArgs reports whether b is one JSON object, valid UTF-8, at most
+// MaxArgsDepth levels deep, with numbers that checkNumber accepts.
+func scanArgs(b []byte) bool {
+	if len(b) == 0 || b[0] != '{' || !json.Valid(b) || !utf8.Valid(b) {
+		return false
+	}
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"': // valid JSON: the string ends
+			for i++; b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		case c == '{' || c == '[':
+			if depth++; depth > MaxArgsDepth {
+				return false
+			}
+		case c == '}' || c == ']':
+			depth--
+		case c == '-' || '0' <= c && c <= '9':
+			j := i + 1
+			for j < len(b) && isNumberByte(b[j]) {
+				j++
+			}
+			if checkNumber(string(b[i:j])) != nil {
+				return false
+			}
+			i = j - 1
+		}
+	}
+	return true
+}
+
+func isNumberByte(c byte) bool {
+	return '0' <= c && c <= '9' || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-'
 }
 
 // Approve decides an approval as Runtime.Approve does.

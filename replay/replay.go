@@ -71,9 +71,9 @@ type Report struct {
 	Agent          string `json:"agent"`
 	RecordedPolicy string `json:"recorded_policy"` // digest
 	Policy         string `json:"policy"`          // digest of the new policy
-	// Head is the head of the replayed log; it equals RecordedHead exactly
-	// when the new policy wrote the same log.
-	Head         string  `json:"head"`
+	// Head is the head of the replayed log (with Options.Head; else empty);
+	// it equals RecordedHead exactly when the new policy wrote the same log.
+	Head         string  `json:"head,omitempty"`
 	RecordedHead string  `json:"recorded_head"`
 	Summary      Summary `json:"summary"`
 	// Events lists the acts that differ, in log order (all acts with All).
@@ -84,6 +84,9 @@ type Report struct {
 type Options struct {
 	// All keeps every act in Report.Events, not only those that differ.
 	All bool
+	// Head computes Report.Head: every replayed record is serialized and
+	// hashed as the runtime writes it (D193). Without it nothing is.
+	Head bool
 }
 
 // Run replays a verified log (the runtime's Records or VerifyLines) under
@@ -125,7 +128,8 @@ func (p *Replayer) Run(ctx context.Context, recs []lineage.Record, o Options) (*
 	c := p.c
 	// The agent is created again under its own id, so that a replay under the
 	// recorded policy writes the recorded log byte for byte.
-	agent, err := p.rt.NewScratch(ctx, c, g.Agent, runtime.CreateOptions{Name: g.Name, Parent: g.Parent, At: recs[0].At.Time})
+	agent, err := p.rt.NewScratch(ctx, c, g.Agent, runtime.ScratchOptions{
+		CreateOptions: runtime.CreateOptions{Name: g.Name, Parent: g.Parent, At: recs[0].At.Time}, Chain: o.Head})
 	if err != nil {
 		return nil, fmt.Errorf("replay: creating agent %s under the new policy: %w", g.Agent, err)
 	}

@@ -20,19 +20,29 @@ import (
 // decision steps, the compiled policy's prepared query of this runtime's
 // engine) and its records folded by the one fold, but nothing is written,
 // and a request's args come already in canonical JSON, as a verified log
-// holds them, so they are decoded only when the policy or a pending request
-// needs them. The records are sealed as an append seals them, so Head is the
-// head of the log the agent would have written. A Scratch is used by one
+// holds them, so they are decoded only when the policy reads them. With
+// Chain, the records are sealed as an append seals them, and the state's
+// head is the head of the log the agent would have written; without, nothing
+// is serialized or hashed and the head stays empty. A Scratch is used by one
 // goroutine at a time; scratch agents of one runtime run in parallel.
 type Scratch struct {
-	r *Runtime
-	a *agent
+	r     *Runtime
+	a     *agent
+	chain bool
+	next  uint64 // the seq of the next record
+}
+
+// ScratchOptions are a scratch agent's CreateOptions, and whether its records
+// are sealed onto a hash chain.
+type ScratchOptions struct {
+	CreateOptions
+	Chain bool
 }
 
 // NewScratch starts a scratch agent with the given id under c: its genesis
 // and policy records are folded as CreateAgent writes them. A parent must
 // carry its head (there is no store to read it from); o.At zero means now.
-func (r *Runtime) NewScratch(ctx context.Context, c *policy.Compiled, id string, o CreateOptions) (*Scratch, error) {
+func (r *Runtime) NewScratch(ctx context.Context, c *policy.Compiled, id string, o ScratchOptions) (*Scratch, error) {
 	if c == nil {
 		return nil, errors.New("no compiled policy")
 	}
@@ -50,7 +60,7 @@ func (r *Runtime) NewScratch(ctx context.Context, c *policy.Compiled, id string,
 	if err := recordable(at); err != nil {
 		return nil, err
 	}
-	s := &Scratch{r: r, a: &agent{id: id, f: newFolded(), eng: eng}}
+	s := &Scratch{r: r, a: &agent{id: id, f: newFolded(), eng: eng}, chain: o.Chain}
 	err = s.commit(at, []item{
 		{kind: lineage.KindGenesis, body: &lineage.GenesisBody{Agent: id, Name: o.Name, Parent: o.Parent}},
 		{kind: lineage.KindPolicy, body: &lineage.PolicyBody{Digest: c.Digest, Policy: c.Document}},
@@ -199,22 +209,22 @@ func (s *Scratch) Terminate(k Kill) error {
 // State is the agent's folded state.
 func (s *Scratch) State() lineage.State { return s.a.f.State() }
 
-// commit seals records onto the chain and folds them, as append does, with
-// no store.
+// commit seals records onto the chain (with Chain) and folds them, as append
+// does, with no store.
 func (s *Scratch) commit(at time.Time, items []item) error {
 	f := s.a.f
-	first := f.seq + 1
-	if f.head == "" {
-		first = 0
-	}
-	for i, it := range items {
-		rec, err := hashRecord(first+uint64(i), at, it, f.head)
-		if err != nil {
-			return fmt.Errorf("agent %s: encoding %s record: %w", s.a.id, it.kind, err)
+	for _, it := range items {
+		rec := lineage.Record{Seq: s.next, At: lineage.Time{Time: at.UTC()}, Kind: it.kind}
+		if s.chain {
+			var err error
+			if rec, err = hashRecord(s.next, at, it, f.head); err != nil {
+				return fmt.Errorf("agent %s: encoding %s record: %w", s.a.id, it.kind, err)
+			}
 		}
 		if err := f.fold(rec, it.body, it.args); err != nil {
 			return fmt.Errorf("agent %s: folding record %d: %w", s.a.id, rec.Seq, err)
 		}
+		s.next++
 	}
 	return nil
 }

@@ -19,7 +19,12 @@ func TestScratchDecidesAsTheRuntime(t *testing.T) {
 	c := mustCompileYAML(t, samplePolicy)
 	rt := runtime.Open(newMem(), opts("scratch"))
 	agent := mustCreate(t, rt, c, runtime.CreateOptions{Name: "s", At: t0})
-	sc, err := rt.NewScratch(bg, c, agent, runtime.CreateOptions{Name: "s", At: t0})
+	sc, err := rt.NewScratch(bg, c, agent, runtime.ScratchOptions{CreateOptions: runtime.CreateOptions{Name: "s", At: t0}, Chain: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Without the chain: the same verdicts and state, no head.
+	unchained, err := rt.NewScratch(bg, c, agent, runtime.ScratchOptions{CreateOptions: runtime.CreateOptions{Name: "s", At: t0}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,27 +70,38 @@ func TestScratchDecidesAsTheRuntime(t *testing.T) {
 	}
 	errorsSeen := 0
 	for i, a := range acts {
-		var want, got lineage.Verdict
-		var werr, gerr error
+		var want lineage.Verdict
+		var werr error
+		on := func(sc *runtime.Scratch) (lineage.Verdict, error) {
+			switch {
+			case a.req != nil:
+				var args []byte
+				if a.req.Args != nil {
+					if args, err = json.Marshal(a.req.Args); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return sc.Request(bg, runtime.CanonicalRequest{ID: a.req.ID, Tool: a.req.Tool, Args: args, At: a.req.At})
+			case a.approve != nil && a.reject:
+				return sc.Reject(bg, *a.approve)
+			case a.approve != nil:
+				return sc.Approve(bg, *a.approve)
+			}
+			return lineage.Verdict{}, sc.Terminate(*a.kill)
+		}
 		switch {
 		case a.req != nil:
 			want, werr = rt.Request(bg, agent, *a.req)
-			var args []byte
-			if a.req.Args != nil {
-				if args, err = json.Marshal(a.req.Args); err != nil {
-					t.Fatal(err)
-				}
-			}
-			got, gerr = sc.Request(bg, runtime.CanonicalRequest{ID: a.req.ID, Tool: a.req.Tool, Args: args, At: a.req.At})
 		case a.approve != nil && a.reject:
 			want, werr = rt.Reject(bg, agent, *a.approve)
-			got, gerr = sc.Reject(bg, *a.approve)
 		case a.approve != nil:
 			want, werr = rt.Approve(bg, agent, *a.approve)
-			got, gerr = sc.Approve(bg, *a.approve)
 		default:
 			_, werr = rt.Terminate(bg, agent, *a.kill)
-			gerr = sc.Terminate(*a.kill)
+		}
+		got, gerr := on(sc)
+		if v, err := on(unchained); !reflect.DeepEqual(v, got) || (err == nil) != (gerr == nil) {
+			t.Fatalf("act %d: chained %+v %v, unchained %+v %v", i, got, gerr, v, err)
 		}
 		if !reflect.DeepEqual(want, got) || (werr == nil) != (gerr == nil) {
 			t.Fatalf("act %d: runtime %+v %v, scratch %+v %v", i, want, werr, got, gerr)
@@ -102,6 +118,13 @@ func TestScratchDecidesAsTheRuntime(t *testing.T) {
 	}
 	if want, got := normalizeState(mustState(t, rt, agent)), normalizeState(sc.State()); !reflect.DeepEqual(want, got) {
 		t.Fatalf("state:\n runtime %+v\n scratch %+v", want, got)
+	}
+	want, got := normalizeState(mustState(t, rt, agent)), normalizeState(unchained.State())
+	if got.Head != "" {
+		t.Fatalf("an unchained scratch agent has head %s", got.Head)
+	}
+	if want.Head = ""; !reflect.DeepEqual(want, got) {
+		t.Fatalf("state:\n runtime %+v\n unchained %+v", want, got)
 	}
 }
 

@@ -135,14 +135,26 @@ func (p *Replayer) Run(ctx context.Context, recs []lineage.Record, o Options) (*
 	}
 	rep := &Report{Agent: g.Agent, RecordedPolicy: pb.Digest, Policy: c.Digest, RecordedHead: recs[len(recs)-1].Hash,
 		Summary: Summary{Changes: map[string]int{}}}
-	// outcome of each request, in log order: recorded and replayed; index
-	// finds it by recorded id.
+	// outcome of each request, in log order: recorded and replayed. A
+	// request is found by its recorded id: an assigned one (req_<seq>) by its
+	// seq in bySeq, another in byID (index + 1 into outcomes, 0 for none).
 	type outcome struct {
-		tool               string
+		id, tool           string
 		recorded, replayed lineage.Verdict
 	}
 	outcomes := make([]outcome, 0, len(recs))
-	index := make(map[string]int, len(recs))
+	bySeq := make([]int, len(recs))
+	byID := map[string]int{}
+	find := func(id string) *outcome {
+		i := byID[id]
+		if seq, ok := assignedSeq(id); ok && seq < uint64(len(bySeq)) && bySeq[seq] > 0 {
+			i = bySeq[seq]
+		}
+		if i == 0 || outcomes[i-1].id != id {
+			return nil
+		}
+		return &outcomes[i-1]
+	}
 	ids := map[string]string{} // recorded assigned id → the replay's, where they differ
 	keep := func(ev Event, differ bool) {
 		ev.Differ = differ
@@ -177,11 +189,17 @@ func (p *Replayer) Run(ctx context.Context, recs []lineage.Record, o Options) (*
 			if rerr != nil {
 				return nil, fmt.Errorf("replay: seq %d: request %q: %w", rec.Seq, b.Request.ID, rerr)
 			}
-			if assigned && v.RequestID != b.Request.ID {
+			// A terminated agent gives no id; every later approval is refused
+			// as sealed whatever id it names.
+			if assigned && v.RequestID != b.Request.ID && v.RequestID != "" {
 				ids[b.Request.ID] = v.RequestID
 			}
-			index[b.Request.ID] = len(outcomes)
-			outcomes = append(outcomes, outcome{tool: b.Request.Tool, recorded: b.Verdict, replayed: v})
+			outcomes = append(outcomes, outcome{id: b.Request.ID, tool: b.Request.Tool, recorded: b.Verdict, replayed: v})
+			if assigned && rec.Seq < uint64(len(bySeq)) {
+				bySeq[rec.Seq] = len(outcomes)
+			} else {
+				byID[b.Request.ID] = len(outcomes)
+			}
 			if differ := !Same(b.Verdict, v); differ || o.All {
 				keep(Event{Seq: rec.Seq, At: rec.At, Kind: "request", RequestID: b.Request.ID, Tool: b.Request.Tool,
 					Recorded: &b.Verdict, Replayed: &v}, differ)
@@ -203,8 +221,7 @@ func (p *Replayer) Run(ctx context.Context, recs []lineage.Record, o Options) (*
 				v, aerr = agent.Reject(ctx, ap)
 			}
 			var tool string
-			if i, ok := index[b.RequestID]; ok {
-				o := &outcomes[i]
+			if o := find(b.RequestID); o != nil {
 				tool = o.tool
 				o.recorded = b.Verdict
 				if aerr == nil {
@@ -265,6 +282,16 @@ func (p *Replayer) Run(ctx context.Context, recs []lineage.Record, o Options) (*
 	}
 	rep.Head = agent.State().Head
 	return rep, nil
+}
+
+// assignedSeq returns n if id is req_<n> as the runtime writes it (D17).
+func assignedSeq(id string) (uint64, bool) {
+	digits, ok := strings.CutPrefix(id, "req_")
+	if !ok || digits == "" || (digits[0] == '0' && len(digits) > 1) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(digits, 10, 64)
+	return n, err == nil
 }
 
 // assignedAt says whether id is req_<seq>, the id the runtime assigns a

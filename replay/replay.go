@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -282,6 +283,37 @@ func (p *Replayer) Run(ctx context.Context, recs []lineage.Record, o Options) (*
 	}
 	rep.Head = agent.State().Head
 	return rep, nil
+}
+
+// RunAll replays several logs under the Replayer's policy, one log per core
+// (GOMAXPROCS at a time, each a scratch agent on the one prepared query),
+// and returns their reports in the order of logs. If replays fail, the error
+// is that of the first such log, naming its index.
+func (p *Replayer) RunAll(ctx context.Context, logs [][]lineage.Record, o Options) ([]*Report, error) {
+	reports := make([]*Report, len(logs))
+	errs := make([]error, len(logs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(goruntime.GOMAXPROCS(0), len(logs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				reports[i], errs[i] = p.Run(ctx, logs[i], o)
+			}
+		}()
+	}
+	for i := range logs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("log %d: %w", i, err)
+		}
+	}
+	return reports, nil
 }
 
 // assignedSeq returns n if id is req_<n> as the runtime writes it (D17).

@@ -509,3 +509,40 @@ func BenchmarkReplayOPAFloor(b *testing.B) {
 	}
 	reportRates(b, cpu)
 }
+
+// TestRunAllIsRunOnEachLog: replaying several logs at once (one per core, on
+// one Replayer) gives each log's report as Run gives it alone, in order, and
+// a bad log's error names it.
+func TestRunAllIsRunOnEachLog(t *testing.T) {
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(7, 14))
+	c, err := compiler.CompilePolicy(randomPolicy(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	rt := runtime.Open(store.NewMemory(), runtime.Options{NewAgentID: func() string { n++; return fmt.Sprintf("agt_all%d", n) }})
+	var logs [][]lineage.Record
+	for range 6 {
+		logs = append(logs, randomLog(t, r, rt, c, 40))
+	}
+	rp := replay.New(examplePolicy(t))
+	o := replay.Options{All: true, Head: true}
+	got, err := rp.RunAll(ctx, logs, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, recs := range logs {
+		want, err := rp.Run(ctx, recs, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got[i], want) {
+			t.Fatalf("log %d: RunAll %+v, Run %+v", i, got[i], want)
+		}
+	}
+	logs[2] = logs[2][1:]
+	if _, err := rp.RunAll(ctx, logs, o); !errors.Is(err, replay.ErrBadLog) || !strings.HasPrefix(err.Error(), "log 2: ") {
+		t.Fatalf("a bad third log: %v", err)
+	}
+}

@@ -177,7 +177,10 @@ func (p *Replayer) Run(ctx context.Context, recs []lineage.Record, o Options) (*
 		switch rec.Kind {
 		case lineage.KindAction:
 			b := a.action
-			req := runtime.CanonicalRequest{ID: b.Request.ID, Tool: b.Request.Tool, Args: b.Request.Args, At: now}
+			if a.argsErr != nil {
+				return nil, fmt.Errorf("replay: seq %d: request %q: %w", rec.Seq, b.Request.ID, a.argsErr)
+			}
+			req := runtime.CanonicalRequest{ID: b.Request.ID, Tool: b.Request.Tool, Args: a.args, At: now}
 			// An id the runtime assigned (req_<seq>, D17) is reserved: the
 			// replay asks without one, and approvals follow the id the replay
 			// got (seqs move when the new policy refuses an approval: it
@@ -353,14 +356,16 @@ func Same(a, b lineage.Verdict) bool {
 type act struct {
 	rec         lineage.Record
 	action      *actionBody
+	args        runtime.CanonicalArgs // the action's, checked
+	argsErr     error                 // the runtime refuses the action's args
 	approval    *lineage.ApprovalBody
 	termination *lineage.TerminationBody
 	err         error // the record does not decode; the last act
 }
 
-// decodeAll decodes records on a goroutine of its own, a batch ahead of
-// the replay: decoding is a fifth of a replay's work, and on more than one
-// core it then costs no time. stop ends the goroutine early.
+// decodeAll decodes records, and checks the actions' args, on a goroutine
+// of its own, a batch ahead of the replay: on more than one core that work
+// then costs the replay no time. stop ends the goroutine early.
 func decodeAll(recs []lineage.Record) (acts iter.Seq[act], stop func()) {
 	const batch = 256
 	ch := make(chan []act, 4)
@@ -416,6 +421,8 @@ func decodeAct(rec lineage.Record) act {
 			a.err = fmt.Errorf("%w: seq %d: action body: %v", ErrBadLog, rec.Seq, err)
 		} else if args := a.action.Request.Args; len(args) == 0 || args[0] != '{' {
 			a.err = fmt.Errorf("%w: seq %d: action body: args must be an object", ErrBadLog, rec.Seq)
+		} else {
+			a.args, a.argsErr = runtime.CheckArgs(args)
 		}
 	case lineage.KindApproval:
 		a.approval = &lineage.ApprovalBody{}

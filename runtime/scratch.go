@@ -72,12 +72,29 @@ func (r *Runtime) NewScratch(ctx context.Context, c *policy.Compiled, id string,
 }
 
 // CanonicalRequest is a request whose args are the canonical JSON (RFC 8785)
-// of an object, as a log records them; nil Args means none ({}).
+// of an object, as a log records them, checked; zero Args means none ({}).
 type CanonicalRequest struct {
 	ID   string
 	Tool string
-	Args []byte
+	Args CanonicalArgs
 	At   time.Time
+}
+
+// CanonicalArgs are a request's args as JSON that CheckArgs accepted.
+type CanonicalArgs struct{ b []byte }
+
+// CheckArgs checks a request's args given as JSON, as a log records them:
+// exactly what checkRequest accepts once they are decoded (checkArgsJSON).
+// It reads nothing but b, so a replay checks the next records' args while
+// the runtime decides (D192). nil means none ({}); b is kept, not copied.
+func CheckArgs(b []byte) (CanonicalArgs, error) {
+	if b == nil || string(b) == "{}" {
+		return CanonicalArgs{}, nil
+	}
+	if err := checkArgsJSON(b); err != nil {
+		return CanonicalArgs{}, err
+	}
+	return CanonicalArgs{b}, nil
 }
 
 // Request decides a request as Runtime.Request does and folds its records.
@@ -93,23 +110,21 @@ func (s *Scratch) Request(ctx context.Context, req CanonicalRequest) (lineage.Ve
 	return v, s.commit(at, items)
 }
 
-// checkCanonical is checkRequest for canonical args: the same checks of the
-// id, the tool, the size and the args (checkArgsJSON), without decoding the
-// args unless the policy reads them (its CEL or extensions).
+// checkCanonical is checkRequest for checked canonical args: the same checks
+// of the id, the tool and the size, without decoding the args unless the
+// policy reads them (its CEL or extensions).
 func (s *Scratch) checkCanonical(req CanonicalRequest) (*checkedRequest, error) {
 	if err := checkIDTool(req.ID, req.Tool); err != nil {
 		return nil, err
 	}
-	if req.Args == nil || string(req.Args) == "{}" {
+	args := req.Args.b
+	if args == nil {
 		return &checkedRequest{id: req.ID, tool: req.Tool, canonArgs: emptyObject, argsValue: ast.NewObject()}, nil
 	}
-	if n := len(req.Args) + len(req.ID) + len(req.Tool); n > MaxRequestBytes {
+	if n := len(args) + len(req.ID) + len(req.Tool); n > MaxRequestBytes {
 		return nil, badRequest("request is %d bytes, over the limit of %d", n, MaxRequestBytes)
 	}
-	if err := checkArgsJSON(req.Args); err != nil {
-		return nil, err
-	}
-	cr := &checkedRequest{id: req.ID, tool: req.Tool, canonArgs: req.Args}
+	cr := &checkedRequest{id: req.ID, tool: req.Tool, canonArgs: args}
 	if s.a.eng.reads.All || s.a.eng.reads.Args {
 		if _, err := cr.argsMap(); err != nil {
 			return nil, err

@@ -75,11 +75,15 @@ func TestScratchDecidesAsTheRuntime(t *testing.T) {
 		on := func(sc *runtime.Scratch) (lineage.Verdict, error) {
 			switch {
 			case a.req != nil:
-				var args []byte
+				var raw []byte
 				if a.req.Args != nil {
-					if args, err = json.Marshal(a.req.Args); err != nil {
+					if raw, err = json.Marshal(a.req.Args); err != nil {
 						t.Fatal(err)
 					}
+				}
+				args, err := runtime.CheckArgs(raw)
+				if err != nil {
+					return lineage.Verdict{}, err
 				}
 				return sc.Request(bg, runtime.CanonicalRequest{ID: a.req.ID, Tool: a.req.Tool, Args: args, At: a.req.At})
 			case a.approve != nil && a.reject:

@@ -1,10 +1,11 @@
 // Package replay owns shadow mode (docs/history.md): re-deciding a recorded log's
 // requests under another policy and reporting where the verdicts differ.
 //
-// It has no rules of its own. Replay opens a runtime over a memory store with
-// a clock held at each recorded time, creates the agent again (same id, name,
-// parent and genesis time) under the new compiled policy, and feeds it the
-// log's requests, approvals, rejections and kills in order, at their recorded
+// It has no rules of its own. Replay creates the agent again (same id, name,
+// parent and genesis time) under the new compiled policy as a scratch agent
+// of a runtime (runtime.Scratch: the runtime's decision steps, its prepared
+// query of the policy and its fold, with no store), and feeds it the log's
+// requests, approvals, rejections and kills in order, at their recorded
 // times: the verdicts are the runtime's, decided by the same compiled Rego and
 // OPA query as in production. Terminations that a verdict caused are not fed
 // (the new policy causes its own); kills are. The package reads records, never

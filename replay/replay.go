@@ -19,8 +19,6 @@ import (
 	"fmt"
 	"iter"
 	goruntime "runtime"
-	"strconv"
-	"strings"
 	"sync"
 
 	gojson "github.com/goccy/go-json"
@@ -149,7 +147,7 @@ func (p *Replayer) Run(ctx context.Context, recs []lineage.Record, o Options) (*
 	byID := map[string]int{}
 	find := func(id string) *outcome {
 		i := byID[id]
-		if seq, ok := assignedSeq(id); ok && seq < uint64(len(bySeq)) && bySeq[seq] > 0 {
+		if seq, ok := runtime.AssignedSeq(id); ok && seq < uint64(len(bySeq)) && bySeq[seq] > 0 {
 			i = bySeq[seq]
 		}
 		if i == 0 || outcomes[i-1].id != id {
@@ -320,25 +318,11 @@ func (p *Replayer) RunAll(ctx context.Context, logs [][]lineage.Record, o Option
 	return reports, nil
 }
 
-// assignedSeq returns n if id is req_<n> as the runtime writes it (D17).
-func assignedSeq(id string) (uint64, bool) {
-	digits, ok := strings.CutPrefix(id, "req_")
-	if !ok || digits == "" || (digits[0] == '0' && len(digits) > 1) {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(digits, 10, 64)
-	return n, err == nil
-}
-
 // assignedAt says whether id is req_<seq>, the id the runtime assigns a
 // request recorded at seq (D17).
 func assignedAt(id string, seq uint64) bool {
-	digits, ok := strings.CutPrefix(id, "req_")
-	if !ok || len(digits) == 0 || len(digits) > 20 {
-		return false
-	}
-	var buf [20]byte
-	return digits == string(strconv.AppendUint(buf[:0], seq, 10))
+	n, ok := runtime.AssignedSeq(id)
+	return ok && n == seq
 }
 
 // Same says whether two verdicts agree on everything but where they were

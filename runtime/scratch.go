@@ -221,6 +221,10 @@ func (s *Scratch) Terminate(k Kill) error {
 	return s.commit(at, items)
 }
 
+// AssignedSeq returns n if id is req_<n> as the runtime assigns it (D17):
+// the id of a request recorded at seq n without one.
+func AssignedSeq(id string) (uint64, bool) { return assignedSeq(id) }
+
 // State is the agent's folded state.
 func (s *Scratch) State() lineage.State { return s.a.f.State() }
 

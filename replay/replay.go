@@ -1,10 +1,11 @@
 // Package replay owns shadow mode (docs/history.md): re-deciding a recorded log's
 // requests under another policy and reporting where the verdicts differ.
 //
-// It has no rules of its own. Replay opens a runtime over a memory store with
-// a clock held at each recorded time, creates the agent again (same id, name,
-// parent and genesis time) under the new compiled policy, and feeds it the
-// log's requests, approvals, rejections and kills in order, at their recorded
+// It has no rules of its own. Replay creates the agent again (same id, name,
+// parent and genesis time) under the new compiled policy as a scratch agent
+// of a runtime (runtime.Scratch: the runtime's decision steps, its prepared
+// query of the policy and its fold, with no store), and feeds it the log's
+// requests, approvals, rejections and kills in order, at their recorded
 // times: the verdicts are the runtime's, decided by the same compiled Rego and
 // OPA query as in production. Terminations that a verdict caused are not fed
 // (the new policy causes its own); kills are. The package reads records, never
@@ -12,15 +13,13 @@
 package replay
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
-	"strconv"
+	goruntime "runtime"
 	"sync"
-	"time"
 
 	gojson "github.com/goccy/go-json"
 
@@ -72,9 +71,9 @@ type Report struct {
 	Agent          string `json:"agent"`
 	RecordedPolicy string `json:"recorded_policy"` // digest
 	Policy         string `json:"policy"`          // digest of the new policy
-	// Head is the head of the replayed log; it equals RecordedHead exactly
-	// when the new policy wrote the same log.
-	Head         string  `json:"head"`
+	// Head is the head of the replayed log (with Options.Head; else empty);
+	// it equals RecordedHead exactly when the new policy wrote the same log.
+	Head         string  `json:"head,omitempty"`
 	RecordedHead string  `json:"recorded_head"`
 	Summary      Summary `json:"summary"`
 	// Events lists the acts that differ, in log order (all acts with All).
@@ -85,6 +84,9 @@ type Report struct {
 type Options struct {
 	// All keeps every act in Report.Events, not only those that differ.
 	All bool
+	// Head computes Report.Head: every replayed record is serialized and
+	// hashed as the runtime writes it (D193). Without it nothing is.
+	Head bool
 }
 
 // Run replays a verified log (the runtime's Records or VerifyLines) under
@@ -94,28 +96,23 @@ func Run(ctx context.Context, recs []lineage.Record, c *policy.Compiled, o Optio
 	return New(c).Run(ctx, recs, o)
 }
 
-// Replayer replays logs under one compiled policy, one log at a time (Run
-// calls are serialized).
+// Replayer replays logs under one compiled policy. It is safe for concurrent
+// use: each Run is a scratch agent of its own on one runtime, which prepares
+// the policy's query once.
 type Replayer struct {
-	mu  sync.Mutex
-	c   *policy.Compiled
-	st  *scratch
-	rt  *runtime.Runtime
-	now time.Time
-	id  string
+	c  *policy.Compiled
+	rt *runtime.Runtime
 }
 
 // New makes a Replayer for the compiled policy c.
 func New(c *policy.Compiled) *Replayer {
-	p := &Replayer{c: c, st: &scratch{}}
-	p.rt = runtime.Open(p.st, runtime.Options{
-		Clock:      func() time.Time { return p.now },
-		NewAgentID: func() string { return p.id },
-	})
-	return p
+	// The store is never written: scratch agents have none (D190).
+	return &Replayer{c: c, rt: runtime.Open(store.NewMemory(), runtime.Options{})}
 }
 
-// Run replays a verified log under the Replayer's policy.
+// Run replays a verified log under the Replayer's policy. The log must be one
+// that verify passes: an action's args are taken as the canonical JSON the
+// record holds (D191).
 func (p *Replayer) Run(ctx context.Context, recs []lineage.Record, o Options) (*Report, error) {
 	if len(recs) < 2 || recs[0].Kind != lineage.KindGenesis || recs[1].Kind != lineage.KindPolicy {
 		return nil, fmt.Errorf("%w: a log starts with genesis and policy records", ErrBadLog)
@@ -128,26 +125,46 @@ func (p *Replayer) Run(ctx context.Context, recs []lineage.Record, o Options) (*
 	if err := json.Unmarshal(recs[1].Body, &pb); err != nil {
 		return nil, fmt.Errorf("%w: seq 1: %v", ErrBadLog, err)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	c := p.c
 	// The agent is created again under its own id, so that a replay under the
 	// recorded policy writes the recorded log byte for byte.
-	p.id, p.now = g.Agent, recs[0].At.Time
-	rt, c, now := p.rt, p.c, &p.now
-	agent, err := rt.CreateAgent(ctx, c, runtime.CreateOptions{Name: g.Name, Parent: g.Parent, At: *now})
+	agent, err := p.rt.NewScratch(ctx, c, g.Agent, runtime.ScratchOptions{
+		CreateOptions: runtime.CreateOptions{Name: g.Name, Parent: g.Parent, At: recs[0].At.Time}, Chain: o.Head})
 	if err != nil {
 		return nil, fmt.Errorf("replay: creating agent %s under the new policy: %w", g.Agent, err)
 	}
 	rep := &Report{Agent: g.Agent, RecordedPolicy: pb.Digest, Policy: c.Digest, RecordedHead: recs[len(recs)-1].Hash,
 		Summary: Summary{Changes: map[string]int{}}}
-	// outcome of each request (by recorded id): recorded and replayed.
+	// outcome of each request, in log order: recorded and replayed. A
+	// request is found by its recorded id: an assigned one (req_<seq>) by its
+	// seq in bySeq, another in byID (index + 1 into outcomes, 0 for none).
 	type outcome struct {
-		tool               string
+		id, tool           string
 		recorded, replayed lineage.Verdict
 	}
-	outcomes := map[string]*outcome{}
-	var order []string
-	ids := map[string]string{} // recorded assigned id → the replay's
+	outcomes := make([]outcome, 0, len(recs))
+	bySeq := make([]int, len(recs))
+	byID := map[string]int{}
+	find := func(id string) *outcome {
+		i := byID[id]
+		if seq, ok := runtime.AssignedSeq(id); ok && seq < uint64(len(bySeq)) && bySeq[seq] > 0 {
+			i = bySeq[seq]
+		}
+		if i == 0 || outcomes[i-1].id != id {
+			return nil
+		}
+		return &outcomes[i-1]
+	}
+	ids := map[string]string{} // recorded assigned id → the replay's, where they differ
+	keep := func(ev Event, differ bool) {
+		ev.Differ = differ
+		if differ {
+			rep.Summary.DifferentActs++
+		}
+		if differ || o.All {
+			rep.Events = append(rep.Events, ev)
+		}
+	}
 	acts, stop := decodeAll(recs[2:])
 	defer stop()
 	for a := range acts {
@@ -155,89 +172,101 @@ func (p *Replayer) Run(ctx context.Context, recs []lineage.Record, o Options) (*
 			return nil, a.err
 		}
 		rec := a.rec
-		*now = rec.At.Time
-		ev := Event{Seq: rec.Seq, At: rec.At}
+		now := rec.At.Time
 		switch rec.Kind {
 		case lineage.KindAction:
 			b := a.action
-			ev.Kind, ev.RequestID, ev.Tool, ev.Recorded = "request", b.Request.ID, b.Request.Tool, &b.Verdict
-			req := lineage.Request{ID: b.Request.ID, Tool: b.Request.Tool, Args: a.args, At: *now}
+			if a.argsErr != nil {
+				return nil, fmt.Errorf("replay: seq %d: request %q: %w", rec.Seq, b.Request.ID, a.argsErr)
+			}
+			req := runtime.CanonicalRequest{ID: b.Request.ID, Tool: b.Request.Tool, Args: a.args, At: now}
 			// An id the runtime assigned (req_<seq>, D17) is reserved: the
 			// replay asks without one, and approvals follow the id the replay
 			// got (seqs move when the new policy refuses an approval: it
 			// appends nothing there).
-			assigned := b.Request.ID == "req_"+strconv.FormatUint(rec.Seq, 10)
+			assigned := assignedAt(b.Request.ID, rec.Seq)
 			if assigned {
 				req.ID = ""
 			}
-			v, rerr := rt.Request(ctx, agent, req)
+			v, rerr := agent.Request(ctx, req)
 			if rerr != nil {
 				return nil, fmt.Errorf("replay: seq %d: request %q: %w", rec.Seq, b.Request.ID, rerr)
 			}
-			if assigned {
+			// A terminated agent gives no id; every later approval is refused
+			// as sealed whatever id it names.
+			if assigned && v.RequestID != b.Request.ID && v.RequestID != "" {
 				ids[b.Request.ID] = v.RequestID
 			}
-			ev.Replayed = &v
-			outcomes[b.Request.ID] = &outcome{tool: b.Request.Tool, recorded: b.Verdict, replayed: v}
-			order = append(order, b.Request.ID)
+			outcomes = append(outcomes, outcome{id: b.Request.ID, tool: b.Request.Tool, recorded: b.Verdict, replayed: v})
+			if assigned && rec.Seq < uint64(len(bySeq)) {
+				bySeq[rec.Seq] = len(outcomes)
+			} else {
+				byID[b.Request.ID] = len(outcomes)
+			}
+			if differ := !Same(b.Verdict, v); differ || o.All {
+				keep(Event{Seq: rec.Seq, At: rec.At, Kind: "request", RequestID: b.Request.ID, Tool: b.Request.Tool,
+					Recorded: &b.Verdict, Replayed: &v}, differ)
+			}
 		case lineage.KindApproval:
 			b := a.approval
-			ev.Kind, ev.RequestID, ev.By, ev.Recorded = "reject", b.RequestID, b.Approver, &b.Verdict
 			id := b.RequestID
 			if mapped, ok := ids[id]; ok {
 				id = mapped
 			}
-			ap := runtime.Approval{RequestID: id, By: b.Approver, At: *now}
+			ap := runtime.Approval{RequestID: id, By: b.Approver, At: now}
+			kind := "reject"
 			var v lineage.Verdict
 			var aerr error
 			if b.Approved {
-				ev.Kind = "approve"
-				v, aerr = rt.Approve(ctx, agent, ap)
+				kind = "approve"
+				v, aerr = agent.Approve(ctx, ap)
 			} else {
-				v, aerr = rt.Reject(ctx, agent, ap)
+				v, aerr = agent.Reject(ctx, ap)
 			}
-			if o := outcomes[b.RequestID]; o != nil {
-				ev.Tool = o.tool
+			var tool string
+			if o := find(b.RequestID); o != nil {
+				tool = o.tool
 				o.recorded = b.Verdict
 				if aerr == nil {
 					o.replayed = v
 				}
 			}
+			var note string
 			switch {
 			case aerr == nil:
-				ev.Replayed = &v
 			case errors.Is(aerr, lineage.ErrNotPending):
-				ev.Note = "the new policy did not leave this request pending"
+				note = "the new policy did not leave this request pending"
 			case errors.Is(aerr, lineage.ErrSealed):
-				ev.Note = "the new policy had already terminated the agent"
+				note = "the new policy had already terminated the agent"
 			default:
-				return nil, fmt.Errorf("replay: seq %d: %s of %q: %w", rec.Seq, ev.Kind, b.RequestID, aerr)
+				return nil, fmt.Errorf("replay: seq %d: %s of %q: %w", rec.Seq, kind, b.RequestID, aerr)
+			}
+			if differ := note != "" || !Same(b.Verdict, v); differ || o.All {
+				ev := Event{Seq: rec.Seq, At: rec.At, Kind: kind, RequestID: b.RequestID, Tool: tool, By: b.Approver,
+					Recorded: &b.Verdict, Note: note}
+				if aerr == nil {
+					ev.Replayed = &v
+				}
+				keep(ev, differ)
 			}
 		case lineage.KindTermination:
 			b := a.termination
 			if b.Reason != lineage.Killed {
 				continue // caused by the verdict before it; the new policy causes its own
 			}
-			ev.Kind, ev.By = "kill", b.By
-			if _, kerr := rt.Terminate(ctx, agent, runtime.Kill{By: b.By, Note: b.Note, At: *now}); kerr != nil {
+			ev := Event{Seq: rec.Seq, At: rec.At, Kind: "kill", By: b.By}
+			if kerr := agent.Terminate(runtime.Kill{By: b.By, Note: b.Note, At: now}); kerr != nil {
 				if !errors.Is(kerr, lineage.ErrSealed) {
 					return nil, fmt.Errorf("replay: seq %d: kill: %w", rec.Seq, kerr)
 				}
 				ev.Note = "the new policy had already terminated the agent"
 			}
+			keep(ev, ev.Note != "")
 		default:
 			return nil, fmt.Errorf("%w: seq %d: a %s record after the policy", ErrBadLog, rec.Seq, rec.Kind)
 		}
-		ev.Differ = ev.Note != "" || ev.Recorded != nil && ev.Replayed != nil && !Same(*ev.Recorded, *ev.Replayed)
-		if ev.Differ {
-			rep.Summary.DifferentActs++
-		}
-		if ev.Differ || o.All {
-			rep.Events = append(rep.Events, ev)
-		}
 	}
-	for _, id := range order {
-		o := outcomes[id]
+	for _, o := range outcomes {
 		rep.Summary.Requests++
 		if Same(o.recorded, o.replayed) {
 			continue
@@ -254,12 +283,46 @@ func (p *Replayer) Run(ctx context.Context, recs []lineage.Record, o Options) (*
 			rep.Summary.DeniedToAllowed++
 		}
 	}
-	st, err := rt.State(ctx, agent)
-	if err != nil {
-		return nil, err
-	}
-	rep.Head = st.Head
+	rep.Head = agent.State().Head
 	return rep, nil
+}
+
+// RunAll replays several logs under the Replayer's policy, one log per core
+// (GOMAXPROCS at a time, each a scratch agent on the one prepared query),
+// and returns their reports in the order of logs. If replays fail, the error
+// is that of the first such log, naming its index.
+func (p *Replayer) RunAll(ctx context.Context, logs [][]lineage.Record, o Options) ([]*Report, error) {
+	reports := make([]*Report, len(logs))
+	errs := make([]error, len(logs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(goruntime.GOMAXPROCS(0), len(logs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				reports[i], errs[i] = p.Run(ctx, logs[i], o)
+			}
+		}()
+	}
+	for i := range logs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("log %d: %w", i, err)
+		}
+	}
+	return reports, nil
+}
+
+// assignedAt says whether id is req_<seq>, the id the runtime assigns a
+// request recorded at seq (D17).
+func assignedAt(id string, seq uint64) bool {
+	n, ok := runtime.AssignedSeq(id)
+	return ok && n == seq
 }
 
 // Same says whether two verdicts agree on everything but where they were
@@ -278,15 +341,16 @@ func Same(a, b lineage.Verdict) bool {
 type act struct {
 	rec         lineage.Record
 	action      *actionBody
-	args        map[string]any
+	args        runtime.CanonicalArgs // the action's, checked
+	argsErr     error                 // the runtime refuses the action's args
 	approval    *lineage.ApprovalBody
 	termination *lineage.TerminationBody
 	err         error // the record does not decode; the last act
 }
 
-// decodeAll decodes records on a goroutine of its own, a batch ahead of
-// the replay: decoding is a fifth of a replay's work, and on more than one
-// core it then costs no time. stop ends the goroutine early.
+// decodeAll decodes records, and checks the actions' args, on a goroutine
+// of its own, a batch ahead of the replay: on more than one core that work
+// then costs the replay no time. stop ends the goroutine early.
 func decodeAll(recs []lineage.Record) (acts iter.Seq[act], stop func()) {
 	const batch = 256
 	ch := make(chan []act, 4)
@@ -340,23 +404,30 @@ func decodeAct(rec lineage.Record) act {
 		a.action = &actionBody{}
 		if err := gojson.Unmarshal(rec.Body, a.action); err != nil {
 			a.err = fmt.Errorf("%w: seq %d: action body: %v", ErrBadLog, rec.Seq, err)
-		} else if a.args, err = args(a.action.Request.Args); err != nil {
-			a.err = fmt.Errorf("%w: seq %d: args: %v", ErrBadLog, rec.Seq, err)
+		} else if args := a.action.Request.Args; len(args) == 0 || args[0] != '{' {
+			a.err = fmt.Errorf("%w: seq %d: action body: args must be an object", ErrBadLog, rec.Seq)
+		} else {
+			a.args, a.argsErr = runtime.CheckArgs(args)
 		}
 	case lineage.KindApproval:
 		a.approval = &lineage.ApprovalBody{}
-		a.err = decode(rec, a.approval)
+		if err := gojson.Unmarshal(rec.Body, a.approval); err != nil {
+			a.err = fmt.Errorf("%w: seq %d: approval body: %v", ErrBadLog, rec.Seq, err)
+		}
 	case lineage.KindTermination:
 		a.termination = &lineage.TerminationBody{}
-		a.err = decode(rec, a.termination)
+		if err := gojson.Unmarshal(rec.Body, a.termination); err != nil {
+			a.err = fmt.Errorf("%w: seq %d: termination body: %v", ErrBadLog, rec.Seq, err)
+		}
 	}
 	return a
 }
 
-// actionBody is an action record's body with its args left raw. Bodies are
-// most of a log: goccy/go-json (a drop-in for encoding/json) decodes them
-// twice as fast, as the runtime's own replay does; every number in them
-// outside args is an integer.
+// actionBody is an action record's body with its args left raw: the
+// canonical JSON the record holds, which the runtime takes as it is. Bodies
+// are most of a log: goccy/go-json (a drop-in for encoding/json) decodes
+// them twice as fast, as the runtime's own replay does; every number in the
+// bodies replay decodes is an integer.
 type actionBody struct {
 	Request struct {
 		ID   string          `json:"id"`
@@ -365,77 +436,3 @@ type actionBody struct {
 	} `json:"request"`
 	Verdict lineage.Verdict `json:"verdict"`
 }
-
-// args decodes recorded args as the runtime takes them: numbers stay
-// json.Number. {} (most records; also what a request without args records,
-// D15) needs no decoding.
-func args(raw []byte) (map[string]any, error) {
-	if string(raw) == "{}" {
-		return nil, nil
-	}
-	m := map[string]any{}
-	dec := gojson.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	return m, dec.Decode(&m)
-}
-
-func decode(rec lineage.Record, into any) error {
-	dec := json.NewDecoder(bytes.NewReader(rec.Body))
-	dec.UseNumber()
-	if err := dec.Decode(into); err != nil {
-		return fmt.Errorf("%w: seq %d: %s body: %v", ErrBadLog, rec.Seq, rec.Kind, err)
-	}
-	return nil
-}
-
-// scratch is the store under a Replayer: the length of the one log being
-// replayed, and nothing else. The runtime reads a log back only when it opens
-// an agent it has not cached, and a Replayer's agent is always the one it
-// just created, so the records need not be kept (a replay of a long log
-// then holds one copy of it, not two); Scan says so rather than answer
-// wrongly. Unlike the stores of package store, Create on an agent that has a
-// log starts it afresh: the Replayer creates the same agent id for every
-// replay of that agent, on one runtime (one prepared query per policy), and
-// the runtime then replaces its cached agent.
-type scratch struct {
-	mu    sync.Mutex
-	agent string
-	n     uint64
-}
-
-var _ store.Store = (*scratch)(nil)
-
-func (s *scratch) Create(agent string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.agent, s.n = agent, 0
-	return nil
-}
-
-func (s *scratch) Append(agent string, firstSeq uint64, recs ...[]byte) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if agent != s.agent {
-		return fmt.Errorf("%w: %s", store.ErrNotFound, agent)
-	}
-	if firstSeq != s.n {
-		return fmt.Errorf("%w: %s: append at %d, log has %d records", store.ErrSeq, agent, firstSeq, s.n)
-	}
-	s.n += uint64(len(recs))
-	return nil
-}
-
-func (s *scratch) Scan(agent string, fn func(seq uint64, rec []byte) error) error {
-	return fmt.Errorf("replay: the scratch store keeps no records (agent %s)", agent)
-}
-
-func (s *scratch) Agents() ([]string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.agent == "" {
-		return nil, nil
-	}
-	return []string{s.agent}, nil
-}
-
-func (s *scratch) Close() error { return nil }

@@ -37,14 +37,45 @@ type unsigned struct {
 func sealRecord(seq uint64, at time.Time, it item, prev string) (lineage.Record, []byte, error) {
 	sp := sealScratch.Get().(*[]byte)
 	defer sealScratch.Put(sp)
+	signed, bodyLen, t, hash, err := signRecord(sp, seq, at, it, prev)
+	if err != nil {
+		return lineage.Record{}, nil, err
+	}
+	// The stored line is the unsigned record with the hash member after the
+	// body (RFC 8785 order: at, body, hash, kind, prev, seq).
+	bodyAt := len(`{"at":"`) + len(lineage.TimeLayout) + len(`","body":`)
+	bodyEnd := bodyAt + bodyLen
+	line := make([]byte, 0, len(signed)+len(`,"hash":""`)+hashBytes)
+	line = append(line, signed[:bodyEnd]...)
+	line = append(append(append(line, `,"hash":"`...), hash[:]...), '"')
+	line = append(line, signed[bodyEnd:]...)
+	return lineage.Record{Seq: seq, At: t, Kind: it.kind, Prev: prev, Body: line[bodyAt : bodyAt+bodyLen : bodyAt+bodyLen],
+		Hash: string(hash[:])}, line, nil
+}
+
+// hashRecord is sealRecord without the stored line, for an agent on no
+// store (Scratch): the record (its Body nil) with its hash.
+func hashRecord(seq uint64, at time.Time, it item, prev string) (lineage.Record, error) {
+	sp := sealScratch.Get().(*[]byte)
+	defer sealScratch.Put(sp)
+	_, _, t, hash, err := signRecord(sp, seq, at, it, prev)
+	if err != nil {
+		return lineage.Record{}, err
+	}
+	return lineage.Record{Seq: seq, At: t, Kind: it.kind, Prev: prev, Hash: string(hash[:])}, nil
+}
+
+// signRecord writes a record's canonical body and the unsigned record that
+// its hash covers into the scratch space *sp, and returns the unsigned record,
+// the body's length, the record's time and its hash.
+func signRecord(sp *[]byte, seq uint64, at time.Time, it item, prev string) (signed []byte, bodyLen int, t lineage.Time, hash [hashBytes]byte, err error) {
 	body, direct := appendCanonicalBody((*sp)[:0], it)
 	if !direct {
-		var err error
 		if body, err = canonicalBody(it); err != nil {
-			return lineage.Record{}, nil, err
+			return nil, 0, t, hash, err
 		}
 	}
-	t := lineage.Time{Time: at.UTC()}
+	t = lineage.Time{Time: at.UTC()}
 	need := len(body) + envelopeBytes + len(prev) + 2*hashBytes
 	scratch := *sp
 	if cap(scratch) < len(body)+need {
@@ -53,21 +84,11 @@ func sealRecord(seq uint64, at time.Time, it item, prev string) (lineage.Record,
 		body = scratch
 	}
 	*sp = scratch[:0]
-	signed := envelope(scratch[len(body):len(body)], seq, t, it.kind, prev, body, "")
+	signed = envelope(scratch[len(body):len(body)], seq, t, it.kind, prev, body, "")
 	sum := sha256.Sum256(signed)
-	var hash [hashBytes]byte
 	copy(hash[:], "sha256:")
 	hex.Encode(hash[len("sha256:"):], sum[:])
-	// The stored line is the unsigned record with the hash member after the
-	// body (RFC 8785 order: at, body, hash, kind, prev, seq).
-	bodyAt := len(`{"at":"`) + len(lineage.TimeLayout) + len(`","body":`)
-	bodyEnd := bodyAt + len(body)
-	line := make([]byte, 0, len(signed)+len(`,"hash":""`)+hashBytes)
-	line = append(line, signed[:bodyEnd]...)
-	line = append(append(append(line, `,"hash":"`...), hash[:]...), '"')
-	line = append(line, signed[bodyEnd:]...)
-	return lineage.Record{Seq: seq, At: t, Kind: it.kind, Prev: prev, Body: line[bodyAt : bodyAt+len(body) : bodyAt+len(body)],
-		Hash: string(hash[:])}, line, nil
+	return signed, len(body), t, hash, nil
 }
 
 // envelopeBytes bounds a record's bytes outside its body, prev and hash.

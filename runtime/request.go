@@ -76,15 +76,8 @@ var emptyObject = []byte("{}")
 
 // checkRequest validates a request; nothing about it is recorded when it fails.
 func checkRequest(req lineage.Request) (*checkedRequest, error) {
-	switch {
-	case req.Tool == "":
-		return nil, badRequest("tool is required")
-	case !validToolName(req.Tool):
-		return nil, badRequest("tool name %q does not match %s", req.Tool, toolNamePattern)
-	case !utf8.ValidString(req.ID):
-		return nil, badRequest("id is not valid UTF-8")
-	case len(req.ID) > MaxIDBytes:
-		return nil, badRequest("id is %d bytes, over the limit of %d", len(req.ID), MaxIDBytes)
+	if err := checkIDTool(req.ID, req.Tool); err != nil {
+		return nil, err
 	}
 	if len(req.Args) == 0 {
 		return &checkedRequest{id: req.ID, tool: req.Tool, canonArgs: emptyObject, argsValue: ast.NewObject()}, nil
@@ -105,6 +98,21 @@ func checkRequest(req lineage.Request) (*checkedRequest, error) {
 		cr.plain = args
 	}
 	return cr, nil
+}
+
+// checkIDTool checks a request's id and tool name.
+func checkIDTool(id, tool string) error {
+	switch {
+	case tool == "":
+		return badRequest("tool is required")
+	case !validToolName(tool):
+		return badRequest("tool name %q does not match %s", tool, toolNamePattern)
+	case !utf8.ValidString(id):
+		return badRequest("id is not valid UTF-8")
+	case len(id) > MaxIDBytes:
+		return badRequest("id is %d bytes, over the limit of %d", len(id), MaxIDBytes)
+	}
+	return nil
 }
 
 // value is the args as a Rego value, as the log records them (canonical

@@ -509,45 +509,57 @@ func (r *Runtime) Reject(ctx context.Context, agentID string, ap Approval) (line
 func (r *Runtime) decidePending(ctx context.Context, agentID string, ap Approval, m mode) (lineage.Verdict, error) {
 	var v lineage.Verdict
 	err := r.update(ctx, agentID, func(a *agent) (time.Time, []item, error) {
-		if err := checkActor("approver", ap.By, a); err != nil {
-			return time.Time{}, nil, err
-		}
-		at, err := r.timeFor(a, ap.At)
-		if err != nil {
-			return time.Time{}, nil, err
-		}
-		if a.f.status == lineage.Terminated {
-			return time.Time{}, nil, fmt.Errorf("%w: agent %s is terminated; its pending requests are void", lineage.ErrSealed, a.id)
-		}
-		req, ok := a.f.pending[ap.RequestID]
-		if !ok {
-			return time.Time{}, nil, fmt.Errorf("%w: request %q of agent %s is not pending", lineage.ErrNotPending, ap.RequestID, a.id)
-		}
-		cr, err := checkRequest(lineage.Request{ID: req.ID, Tool: req.Tool, Args: req.Args})
-		if err != nil {
-			return time.Time{}, nil, fmt.Errorf("agent %s: pending request %q: %w", a.id, req.ID, err)
-		}
-		in, err := a.eng.input(m, req.ID, req.Tool, cr, at, a.f)
-		if err != nil {
-			return time.Time{}, nil, err
-		}
-		d, err := r.decide(ctx, a, m, in)
-		if err != nil {
-			return time.Time{}, nil, fmt.Errorf("agent %s: %w", a.id, err)
-		}
-		v = verdictOf(d, req.ID, a.f.seq+1)
-		items := []item{{kind: lineage.KindApproval, body: &lineage.ApprovalBody{
-			RequestID: req.ID, Approver: ap.By, Approved: m == modeApprove, Verdict: v,
-		}}}
-		if v.Terminated != "" {
-			items = append(items, item{kind: lineage.KindTermination, body: &lineage.TerminationBody{Reason: v.Terminated}})
-		}
-		return at, items, nil
+		var (
+			at    time.Time
+			items []item
+			err   error
+		)
+		v, at, items, err = r.pending(ctx, a, ap, m)
+		return at, items, err
 	}, nil)
 	if err != nil {
 		return lineage.Verdict{}, err
 	}
 	return v, nil
+}
+
+// pending decides an approval or a rejection on a's state (a is locked): the
+// verdict and the records that make it durable.
+func (r *Runtime) pending(ctx context.Context, a *agent, ap Approval, m mode) (lineage.Verdict, time.Time, []item, error) {
+	if err := checkActor("approver", ap.By, a); err != nil {
+		return lineage.Verdict{}, time.Time{}, nil, err
+	}
+	at, err := r.timeFor(a, ap.At)
+	if err != nil {
+		return lineage.Verdict{}, time.Time{}, nil, err
+	}
+	if a.f.status == lineage.Terminated {
+		return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("%w: agent %s is terminated; its pending requests are void", lineage.ErrSealed, a.id)
+	}
+	req, ok := a.f.pending[ap.RequestID]
+	if !ok {
+		return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("%w: request %q of agent %s is not pending", lineage.ErrNotPending, ap.RequestID, a.id)
+	}
+	cr, err := checkRequest(lineage.Request{ID: req.ID, Tool: req.Tool, Args: req.Args})
+	if err != nil {
+		return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("agent %s: pending request %q: %w", a.id, req.ID, err)
+	}
+	in, err := a.eng.input(m, req.ID, req.Tool, cr, at, a.f)
+	if err != nil {
+		return lineage.Verdict{}, time.Time{}, nil, err
+	}
+	d, err := r.decide(ctx, a, m, in)
+	if err != nil {
+		return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("agent %s: %w", a.id, err)
+	}
+	v := verdictOf(d, req.ID, a.f.seq+1)
+	items := []item{{kind: lineage.KindApproval, body: &lineage.ApprovalBody{
+		RequestID: req.ID, Approver: ap.By, Approved: m == modeApprove, Verdict: v,
+	}}}
+	if v.Terminated != "" {
+		items = append(items, item{kind: lineage.KindTermination, body: &lineage.TerminationBody{Reason: v.Terminated}})
+	}
+	return v, at, items, nil
 }
 
 // Kill is a request to terminate an agent (the kill switch).
@@ -561,23 +573,28 @@ type Kill struct {
 func (r *Runtime) Terminate(ctx context.Context, agentID string, k Kill) (lineage.State, error) {
 	var st lineage.State
 	err := r.update(ctx, agentID, func(a *agent) (time.Time, []item, error) {
-		if err := checkActor("terminate --by", k.By, a); err != nil {
-			return time.Time{}, nil, fmt.Errorf("%w: %w", lineage.ErrBadRequest, err)
-		}
-		at, err := r.timeFor(a, k.At)
-		if err != nil {
-			return time.Time{}, nil, err
-		}
-		if a.f.status == lineage.Terminated {
-			return time.Time{}, nil, fmt.Errorf("%w: agent %s is already terminated (%s)", lineage.ErrSealed, a.id, a.f.termination)
-		}
-		return at, []item{{kind: lineage.KindTermination,
-			body: &lineage.TerminationBody{Reason: lineage.Killed, By: k.By, Note: k.Note}}}, nil
+		return r.kill(a, k)
 	}, func(a *agent) { st = a.f.State() })
 	if err != nil {
 		return lineage.State{}, err
 	}
 	return st, nil
+}
+
+// kill checks a kill on a's state (a is locked) and returns its termination record.
+func (r *Runtime) kill(a *agent, k Kill) (time.Time, []item, error) {
+	if err := checkActor("terminate --by", k.By, a); err != nil {
+		return time.Time{}, nil, fmt.Errorf("%w: %w", lineage.ErrBadRequest, err)
+	}
+	at, err := r.timeFor(a, k.At)
+	if err != nil {
+		return time.Time{}, nil, err
+	}
+	if a.f.status == lineage.Terminated {
+		return time.Time{}, nil, fmt.Errorf("%w: agent %s is already terminated (%s)", lineage.ErrSealed, a.id, a.f.termination)
+	}
+	return at, []item{{kind: lineage.KindTermination,
+		body: &lineage.TerminationBody{Reason: lineage.Killed, By: k.By, Note: k.Note}}}, nil
 }
 
 // State returns an agent's folded state (docs/decision-order.md#folded-state).

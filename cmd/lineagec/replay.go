@@ -66,7 +66,7 @@ func runReplay(ctx context.Context, p replayParams, args []string, stdout, stder
 	if err != nil {
 		return err
 	}
-	rep, err := replay.Run(ctx, recs, c, replay.Options{All: p.all})
+	rep, err := replay.Run(ctx, recs, c, replay.Options{All: p.all, Head: true})
 	if err != nil {
 		return err
 	}

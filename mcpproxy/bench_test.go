@@ -13,11 +13,22 @@ import (
 )
 
 // BenchmarkToolsCall measures tools/call round trips of the Go SDK's client
-// to the same small in-process upstream, directly and through the proxy
-// (whose every call is a durable request to a real service over a file
-// store), in the same run; it reports p50 and p99 per call.
+// to one small in-process upstream along four paths, interleaved call by call
+// in one run so that the machine's noise falls on all of them alike:
 //
-//	go test ./mcpproxy -run '^$' -bench ToolsCall -benchtime 2000x
+//   - direct: the client calls the upstream;
+//   - hop: through a bare SDK server that forwards each call to the upstream
+//     (what one more MCP hop costs, with no guard);
+//   - proxy: through the proxy, each call a durable request to a real service
+//     over a file store, then forwarded;
+//   - guard: that request alone, from the same kind of client.
+//
+// It reports p50 and p99 of each, in µs, and what the proxy adds to a direct
+// call (added = proxy − direct), and the proxy's own share once the hop and
+// the guard's request are taken out (own = proxy − hop − guard), each at p50
+// and p99 (docs/mcp.md, decision D160).
+//
+//	go test ./mcpproxy -run '^$' -bench ToolsCall -benchtime 3000x
 func BenchmarkToolsCall(b *testing.B) {
 	svc := startService(b)
 	agent, tok := svc.agent(`{"budget": 0, "tools": {"echo": {"cost": 0}}}`)
@@ -30,48 +41,91 @@ func BenchmarkToolsCall(b *testing.B) {
 		}
 		return ct
 	}
-	direct, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(ctx, connect(), nil)
-	if err != nil {
-		b.Fatal(err)
+	dial := func(t mcp.Transport) *mcp.ClientSession {
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(ctx, t, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { cs.Close() })
+		return cs
 	}
-	b.Cleanup(func() { direct.Close() })
+	direct := dial(connect())
+	hop := dial(newHop(b, dial(connect())))
 	proxied := svc.connect(b, tok, connect(), proxyOpts{})
 	params := &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "ping"}}
-	call := func(cs *mcp.ClientSession) func(b *testing.B, i int) {
-		return func(b *testing.B, _ int) {
+	call := func(cs *mcp.ClientSession) func(i int) {
+		return func(int) {
 			if res, err := cs.CallTool(ctx, params); err != nil || res.IsError {
 				b.Fatalf("echo: %v %+v", err, res)
 			}
 		}
 	}
 	guard := svc.client(tok)
-	cases := []struct {
+	paths := []struct {
 		name string
-		do   func(b *testing.B, i int)
+		do   func(i int)
 	}{
 		{"direct", call(direct)},
+		{"hop", call(hop)},
 		{"proxy", call(proxied.ClientSession)},
-		// The service's own share of a proxied call: one durable request.
-		{"guard-request", func(b *testing.B, i int) {
+		{"guard", func(i int) {
 			id := fmt.Sprintf("bench-%d-%d", b.N, i)
 			if _, err := guard.Request(ctx, agent, lineage.Request{ID: id, Tool: "echo", Args: map[string]any{"text": "ping"}}); err != nil {
 				b.Fatal(err)
 			}
 		}},
 	}
-	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) {
-			lat := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for i := range b.N {
-				t0 := time.Now()
-				c.do(b, i)
-				lat = append(lat, time.Since(t0))
-			}
-			b.StopTimer()
-			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
-		})
+	lat := make([][]time.Duration, len(paths))
+	for j := range lat {
+		lat[j] = make([]time.Duration, 0, b.N)
 	}
+	b.ResetTimer()
+	for i := range b.N {
+		for k := range paths {
+			j := (i + k) % len(paths) // each path goes first as often as the others
+			t0 := time.Now()
+			paths[j].do(i)
+			lat[j] = append(lat[j], time.Since(t0))
+		}
+	}
+	b.StopTimer()
+	p50, p99 := map[string]float64{}, map[string]float64{}
+	for j, p := range paths {
+		slices.Sort(lat[j])
+		p50[p.name] = float64(lat[j][len(lat[j])/2].Microseconds())
+		p99[p.name] = float64(lat[j][len(lat[j])*99/100].Microseconds())
+	}
+	for _, name := range []string{"direct", "hop", "proxy", "guard"} {
+		b.ReportMetric(p50[name], name+"-p50-µs")
+		b.ReportMetric(p99[name], name+"-p99-µs")
+	}
+	b.ReportMetric(p50["proxy"]-p50["direct"], "added-p50-µs")
+	b.ReportMetric(p99["proxy"]-p99["direct"], "added-p99-µs")
+	b.ReportMetric(p50["proxy"]-p50["hop"]-p50["guard"], "own-p50-µs")
+	b.ReportMetric(p99["proxy"]-p99["hop"]-p99["guard"], "own-p99-µs")
+}
+
+// newHop serves a bare SDK server that answers each tools/call by calling up
+// with the same name and arguments and returning its result: one more MCP hop,
+// built like the proxy's (a receiving middleware) but with no guard. It
+// returns the transport a client connects to it with.
+func newHop(b *testing.B, up *mcp.ClientSession) mcp.Transport {
+	ctx := context.Background()
+	s := mcp.NewServer(&mcp.Implementation{Name: "hop", Version: "1"}, nil)
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			ctr, ok := req.(*mcp.CallToolRequest)
+			if method != "tools/call" || !ok {
+				return next(ctx, method, req)
+			}
+			return up.CallTool(ctx, &mcp.CallToolParams{Name: ctr.Params.Name, Arguments: ctr.Params.Arguments})
+		}
+	})
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := s.Connect(ctx, st, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ss.Close() })
+	return ct
 }

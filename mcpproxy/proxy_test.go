@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -211,5 +212,25 @@ func TestCorruptStateRefusesToStart(t *testing.T) {
 	_, err := mcpproxy.New(context.Background(), mcpproxy.Config{Guard: svc.client(tok), Upstream: testUpstream(t, "x", ""), StateDir: dir})
 	if err == nil || !strings.Contains(err.Error(), agent+".calls.json") {
 		t.Fatalf("New with a corrupt state file: %v", err)
+	}
+}
+
+// SetGCPercent gives the process GCPercent, unless $GOGC is set (D163).
+func TestSetGCPercent(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(prev) })
+	t.Setenv("GOGC", "")
+	if !mcpproxy.SetGCPercent() {
+		t.Fatal("SetGCPercent did not set it with $GOGC empty")
+	}
+	if got := debug.SetGCPercent(100); got != mcpproxy.GCPercent {
+		t.Fatalf("GC percent = %d, want %d", got, mcpproxy.GCPercent)
+	}
+	t.Setenv("GOGC", "150")
+	if mcpproxy.SetGCPercent() {
+		t.Fatal("SetGCPercent overrode $GOGC")
+	}
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Fatalf("GC percent = %d with $GOGC set, want it left at 100", got)
 	}
 }

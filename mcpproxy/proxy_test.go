@@ -2,6 +2,7 @@ package mcpproxy_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -232,5 +233,37 @@ func TestSetGCPercent(t *testing.T) {
 	}
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Fatalf("GC percent = %d with $GOGC set, want it left at 100", got)
+	}
+}
+
+// The upstream gets the arguments the service decided on, re-encoded: with a
+// duplicate key, its last value (D111), sent as the canonical bytes the call
+// key is made of (D162), not the bytes the host sent.
+func TestForwardsTheDecidedArgs(t *testing.T) {
+	svc := startService(t)
+	agent, tok := svc.agent(`{"budget": 10, "tools": {"echo": {"cost": 1}}}`)
+	ctx := context.Background()
+	up := mcp.NewServer(&mcp.Implementation{Name: "raw", Version: "1"}, nil)
+	got := make(chan string, 1)
+	up.AddTool(&mcp.Tool{Name: "echo", InputSchema: json.RawMessage(`{"type": "object"}`)},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			got <- string(req.Params.Arguments)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
+		})
+	st, ct := mcp.NewInMemoryTransports()
+	if _, err := up.Connect(ctx, st, nil); err != nil {
+		t.Fatal(err)
+	}
+	h := svc.connect(t, tok, ct, proxyOpts{})
+	res, err := h.CallTool(ctx, &mcp.CallToolParams{Name: "echo",
+		Arguments: json.RawMessage(`{"text": "first", "n": 1.50, "text": "second"}`)})
+	if err != nil || res.IsError {
+		t.Fatalf("echo: %v %q", err, text(res))
+	}
+	if args := <-got; args != `{"n":1.50,"text":"second"}` {
+		t.Fatalf("the upstream got %s; want the decided args, canonically encoded", args)
+	}
+	if st := svc.state(agent); st.Remaining != 9 {
+		t.Fatalf("remaining = %d, want 9", st.Remaining)
 	}
 }

@@ -96,7 +96,7 @@ func (p *Proxy) call(ctx context.Context, req *mcp.CallToolRequest) (mcp.Result,
 				"The approved request %s for %q was forwarded by another call with the same arguments; this call was not forwarded again. Call it again to make a new request.",
 				id, name), map[string]any{"tool": name, "request_id": id}), nil
 		}
-		return p.forward(ctx, req, args)
+		return p.forward(ctx, req, canon)
 	default:
 		if recorded {
 			if err := p.calls.drop(key, id); err != nil {
@@ -170,13 +170,11 @@ func (p *Proxy) wait(ctx context.Context, req *mcp.CallToolRequest, id string, v
 	return v, nil
 }
 
-// forward calls the upstream with the arguments as decided and returns its
-// result unchanged; the upstream's progress goes to the host.
-func (p *Proxy) forward(ctx context.Context, req *mcp.CallToolRequest, args map[string]any) (mcp.Result, error) {
-	params := &mcp.CallToolParams{Name: req.Params.Name, Arguments: args}
-	if args == nil {
-		params.Arguments = map[string]any{}
-	}
+// forward calls the upstream with the arguments as decided (their canonical
+// encoding, the bytes the args the service decided on encode to: D111, D162)
+// and returns its result unchanged; the upstream's progress goes to the host.
+func (p *Proxy) forward(ctx context.Context, req *mcp.CallToolRequest, canon []byte) (mcp.Result, error) {
+	params := &mcp.CallToolParams{Name: req.Params.Name, Arguments: json.RawMessage(canon)}
 	if token := req.Params.GetProgressToken(); token != nil && req.Session != nil {
 		up, done := p.routeProgress(req.Session, token)
 		defer done()

@@ -24,10 +24,15 @@ import (
 )
 
 // TestMain makes the test binary an MCP server of the tests' own when
-// LINEAGE_MCP_TEST_UPSTREAM is set (testupstream_test.go).
+// LINEAGE_MCP_TEST_UPSTREAM is set (testupstream_test.go), or one of
+// BenchmarkToolsCall's processes when LINEAGE_MCP_BENCH_ROLE is
+// (bench_test.go).
 func TestMain(m *testing.M) {
 	if os.Getenv(upstreamEnv) != "" {
 		os.Exit(runTestUpstream())
+	}
+	if role := os.Getenv(benchRoleEnv); role != "" {
+		os.Exit(runBenchRole(role))
 	}
 	os.Exit(m.Run())
 }

@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -33,6 +34,25 @@ const progressLinger = 2 * time.Second
 
 // DefaultApprovalWait is how long a pending call waits for its decision (§11).
 const DefaultApprovalWait = 60 * time.Second
+
+// GCPercent is the garbage collector's target percentage for a process that
+// serves a proxy (decision D163). The SDK allocates a 32 KiB buffer for each
+// JSON value it decodes, several for each message, so at Go's default of 100
+// a proxy's small heap is collected every few calls, and while a call waits
+// for the guard service, the collector's idle workers take the CPU that the
+// service (another process, often on the same cores) needs to answer it.
+const GCPercent = 400
+
+// SetGCPercent gives the process GCPercent unless $GOGC chooses for it, and
+// says whether it did. `lineagec mcp` calls it; a program that embeds a
+// proxy may.
+func SetGCPercent() bool {
+	if os.Getenv("GOGC") != "" {
+		return false
+	}
+	debug.SetGCPercent(GCPercent)
+	return true
+}
 
 // Config configures a Proxy.
 type Config struct {

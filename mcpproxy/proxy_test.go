@@ -2,8 +2,10 @@ package mcpproxy_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -211,5 +213,57 @@ func TestCorruptStateRefusesToStart(t *testing.T) {
 	_, err := mcpproxy.New(context.Background(), mcpproxy.Config{Guard: svc.client(tok), Upstream: testUpstream(t, "x", ""), StateDir: dir})
 	if err == nil || !strings.Contains(err.Error(), agent+".calls.json") {
 		t.Fatalf("New with a corrupt state file: %v", err)
+	}
+}
+
+// SetGCPercent gives the process GCPercent, unless $GOGC is set (D163).
+func TestSetGCPercent(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(prev) })
+	t.Setenv("GOGC", "")
+	if !mcpproxy.SetGCPercent() {
+		t.Fatal("SetGCPercent did not set it with $GOGC empty")
+	}
+	if got := debug.SetGCPercent(100); got != mcpproxy.GCPercent {
+		t.Fatalf("GC percent = %d, want %d", got, mcpproxy.GCPercent)
+	}
+	t.Setenv("GOGC", "150")
+	if mcpproxy.SetGCPercent() {
+		t.Fatal("SetGCPercent overrode $GOGC")
+	}
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Fatalf("GC percent = %d with $GOGC set, want it left at 100", got)
+	}
+}
+
+// The upstream gets the arguments the service decided on, re-encoded: with a
+// duplicate key, its last value (D111), sent as the canonical bytes the call
+// key is made of (D162), not the bytes the host sent.
+func TestForwardsTheDecidedArgs(t *testing.T) {
+	svc := startService(t)
+	agent, tok := svc.agent(`{"budget": 10, "tools": {"echo": {"cost": 1}}}`)
+	ctx := context.Background()
+	up := mcp.NewServer(&mcp.Implementation{Name: "raw", Version: "1"}, nil)
+	got := make(chan string, 1)
+	up.AddTool(&mcp.Tool{Name: "echo", InputSchema: json.RawMessage(`{"type": "object"}`)},
+		func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			got <- string(req.Params.Arguments)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
+		})
+	st, ct := mcp.NewInMemoryTransports()
+	if _, err := up.Connect(ctx, st, nil); err != nil {
+		t.Fatal(err)
+	}
+	h := svc.connect(t, tok, ct, proxyOpts{})
+	res, err := h.CallTool(ctx, &mcp.CallToolParams{Name: "echo",
+		Arguments: json.RawMessage(`{"text": "first", "n": 1.50, "text": "second"}`)})
+	if err != nil || res.IsError {
+		t.Fatalf("echo: %v %q", err, text(res))
+	}
+	if args := <-got; args != `{"n":1.50,"text":"second"}` {
+		t.Fatalf("the upstream got %s; want the decided args, canonically encoded", args)
+	}
+	if st := svc.state(agent); st.Remaining != 9 {
+		t.Fatalf("remaining = %d, want 9", st.Remaining)
 	}
 }

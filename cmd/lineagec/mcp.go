@@ -107,6 +107,7 @@ func runMCP(ctx context.Context, p mcpParams, args []string, stdin io.Reader, st
 	if err != nil {
 		return err
 	}
+	mcpproxy.SetGCPercent() // the proxy's latency (D163)
 	proxy, err := mcpproxy.New(ctx, mcpproxy.Config{Guard: guard, Upstream: up, ApprovalWait: p.wait,
 		StateDir: p.stateDir, Stderr: stderr})
 	if err != nil {

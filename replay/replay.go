@@ -312,11 +312,22 @@ func (p *Replayer) RunAll(ctx context.Context, logs [][]lineage.Record, o Option
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			return nil, fmt.Errorf("log %d: %w", i, err)
+			return nil, &LogError{Index: i, Err: err}
 		}
 	}
 	return reports, nil
 }
+
+// LogError is RunAll's error: the first log, by its index in logs, that
+// could not be replayed.
+type LogError struct {
+	Index int
+	Err   error
+}
+
+func (e *LogError) Error() string { return fmt.Sprintf("log %d: %v", e.Index, e.Err) }
+
+func (e *LogError) Unwrap() error { return e.Err }
 
 // assignedAt says whether id is req_<seq>, the id the runtime assigns a
 // request recorded at seq (D17).

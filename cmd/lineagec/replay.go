@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -23,7 +24,7 @@ type replayParams struct {
 func newReplayCmd(g *globalParams) *cobra.Command {
 	p := replayParams{globalParams: g}
 	cmd := &cobra.Command{
-		Use:   "replay AGENT|FILE --policy NEW.yaml",
+		Use:   "replay AGENT|FILE... --policy NEW.yaml",
 		Short: "Re-decide a log's requests under another policy (shadow mode)",
 		Long: `Replay re-decides a log's requests in order, at their recorded times, with
 its approvals, rejections and kills as recorded, under the policy NEW, by the
@@ -38,9 +39,14 @@ request's approval or rejection if the log has one, else its own), how many
 allowed would be denied, and the reverse. An approval of a request that NEW
 does not leave pending, or any act after NEW has terminated the agent, is
 reported, not an error. --format json prints the whole report.
+
+Several logs (agents or files) are replayed under the same NEW side by side,
+one log per core: the table shows each log's block, then a line with the
+totals; --format json prints an array of the reports, in the order given
+(a single log prints its report alone).
 ` + exitCodesHelp + `
 replay exits 0 when it ran, whether verdicts differ or not.`,
-		Args: argsUsage(cobra.ExactArgs(1)),
+		Args: argsUsage(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runReplay(cmd.Context(), p, args, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
@@ -62,18 +68,45 @@ func runReplay(ctx context.Context, p replayParams, args []string, stdout, stder
 	if err != nil {
 		return err
 	}
-	recs, err := loadLog(p.globalParams, args[0], stderr)
+	logs := make([][]lineage.Record, len(args))
+	for i, target := range args {
+		if logs[i], err = loadLog(p.globalParams, target, stderr); err != nil {
+			return err
+		}
+	}
+	reps, err := replay.New(c).RunAll(ctx, logs, replay.Options{All: p.all, Head: true})
+	if le := (*replay.LogError)(nil); errors.As(err, &le) {
+		return fmt.Errorf("%s: %w", args[le.Index], le.Err)
+	}
 	if err != nil {
 		return err
 	}
-	rep, err := replay.Run(ctx, recs, c, replay.Options{All: p.all, Head: true})
-	if err != nil {
-		return err
+	if len(reps) == 1 {
+		if p.format == formatJSON {
+			return writeJSONIndent(stdout, reps[0])
+		}
+		return writeReplayTable(stdout, reps[0])
 	}
 	if p.format == formatJSON {
-		return writeJSONIndent(stdout, rep)
+		return writeJSONIndent(stdout, reps)
 	}
-	return writeReplayTable(stdout, rep)
+	var total replay.Summary
+	for i, rep := range reps {
+		if i > 0 {
+			fmt.Fprintln(stdout)
+		}
+		if err := writeReplayTable(stdout, rep); err != nil {
+			return err
+		}
+		total.Requests += rep.Summary.Requests
+		total.Differ += rep.Summary.Differ
+		total.DifferentActs += rep.Summary.DifferentActs
+		total.AllowedToDenied += rep.Summary.AllowedToDenied
+		total.DeniedToAllowed += rep.Summary.DeniedToAllowed
+	}
+	_, err = fmt.Fprintf(stdout, "\n%d logs: %d requests replayed; outcomes that differ: %d (acts: %d); allowed would be denied: %d; denied would be allowed: %d\n",
+		len(reps), total.Requests, total.Differ, total.DifferentActs, total.AllowedToDenied, total.DeniedToAllowed)
+	return err
 }
 
 func writeReplayTable(w io.Writer, rep *replay.Report) error {

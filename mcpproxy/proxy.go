@@ -16,13 +16,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/lineage-guard/lineage/client"
+	"github.com/lineage-guard/lineage/internal/gogc"
 )
 
 // Version is the proxy's implementation version in MCP handshakes.
@@ -46,13 +46,7 @@ const GCPercent = 400
 // SetGCPercent gives the process GCPercent unless $GOGC chooses for it, and
 // says whether it did. `lineagec mcp` calls it; a program that embeds a
 // proxy may.
-func SetGCPercent() bool {
-	if os.Getenv("GOGC") != "" {
-		return false
-	}
-	debug.SetGCPercent(GCPercent)
-	return true
-}
+func SetGCPercent() bool { return gogc.Default(GCPercent) }
 
 // Config configures a Proxy.
 type Config struct {

@@ -91,6 +91,7 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	if p.store == "" {
 		p.store = os.Getenv("LINEAGE_STORE")
 	}
+	server.SetGCPercent() // CPU a decision (D221)
 	var handler slog.Handler
 	switch p.logFormat {
 	case "text":

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/compiler"
@@ -79,22 +77,6 @@ tools:
 		t.Fatal(err)
 	}
 	return id
-}
-
-// sql runs statements on the database at url.
-func sql(t *testing.T, url string, stmts ...string) {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	for _, s := range stmts {
-		if _, err := conn.Exec(ctx, s); err != nil {
-			t.Fatalf("%s: %v", s, err)
-		}
-	}
 }
 
 // TestLogStoreExport: the same agent written to the file store and to
@@ -169,7 +151,7 @@ func TestLogStoreExport(t *testing.T) {
 	lines := strings.SplitAfter(fromPG, "\n")
 	damage := fmt.Sprintf(`UPDATE lineage_records SET rec = convert_to(replace(convert_from(rec, 'UTF8'), 'rm -rf /', 'ls'), 'UTF8')
 		WHERE agent = '%s' AND seq = 3`, id)
-	sql(t, url, "SET session_replication_role = replica", damage)
+	pgtest.Exec(t, url, "SET session_replication_role = replica", damage)
 	code, out, stderr := cli("log", "--store", url, id)
 	if code != exitFailure || out != strings.Join(lines[:3], "") || !strings.Contains(stderr, "seq 3") {
 		t.Errorf("log --store of a log changed at seq 3: exit %d, stderr %q, stdout:\n%s\nwant exit 1, the records before seq 3, an error naming seq 3", code, stderr, out)
@@ -178,7 +160,7 @@ func TestLogStoreExport(t *testing.T) {
 		t.Errorf("verify --store of a log changed at seq 3: exit %d, %q", code, out)
 	}
 	// Put it back, then remove seq 4: a gap.
-	sql(t, url, "SET session_replication_role = replica",
+	pgtest.Exec(t, url, "SET session_replication_role = replica",
 		fmt.Sprintf(`UPDATE lineage_records SET rec = '\x%x' WHERE agent = '%s' AND seq = 3`, strings.TrimSuffix(lines[3], "\n"), id),
 		fmt.Sprintf(`DELETE FROM lineage_records WHERE agent = '%s' AND seq = 4`, id))
 	code, out, stderr = cli("log", "--store", url, id)
@@ -241,13 +223,13 @@ func TestStoreGrants(t *testing.T) {
 	}
 	owner, writer, auditor := db+"_owner", db+"_writer", db+"_auditor"
 	// Step 1 of docs/stores.md (the database exists: it changes owner).
-	sql(t, admin,
+	pgtest.Exec(t, admin,
 		"CREATE ROLE "+owner+" LOGIN", "CREATE ROLE "+writer+" LOGIN", "CREATE ROLE "+auditor+" LOGIN",
 		"ALTER DATABASE "+db+" OWNER TO "+owner)
 	if code, out, stderr := cli("store", "init", "--store", as(owner)); code != exitOK {
 		t.Fatalf("store init as the owner: exit %d, %q, %s", code, out, stderr)
 	}
-	sql(t, as(owner), docsGrants(t, map[string]string{
+	pgtest.Exec(t, as(owner), docsGrants(t, map[string]string{
 		"lineage_owner": owner, "lineage_writer": writer, "lineage_auditor": auditor, "lineage": db})...)
 
 	// The writer serves: an agent is created and decides over HTTP.

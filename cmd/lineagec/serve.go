@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -90,6 +91,9 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	}
 	if p.store == "" {
 		p.store = os.Getenv("LINEAGE_STORE")
+	}
+	if pct, ok := serveGCPercent(os.Getenv("GOGC")); ok {
+		debug.SetGCPercent(pct)
 	}
 	var handler slog.Handler
 	switch p.logFormat {
@@ -215,4 +219,18 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stderr, "lineagec: stopped; the store is closed")
 	return nil
+}
+
+// serveGCGoal is serve's GC percent unless $GOGC is set (D211): OPA's
+// evaluation and the HTTP path allocate briskly, and a heap goal of 5× the
+// live heap instead of 2× spends less CPU a decision on GC.
+const serveGCGoal = 400
+
+// serveGCPercent says which GC percent serve sets given $GOGC: serveGCGoal
+// when $GOGC is empty; nothing (ok false) when the operator set it.
+func serveGCPercent(gogcEnv string) (pct int, ok bool) {
+	if gogcEnv != "" {
+		return 0, false
+	}
+	return serveGCGoal, true
 }

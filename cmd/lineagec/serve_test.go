@@ -313,3 +313,16 @@ func writeSelfSigned(t *testing.T, certFile, keyFile string) *x509.CertPool {
 	pool.AddCert(cert)
 	return pool
 }
+
+// TestServeGCPercent pins D211: serve raises the GC percent to 400 unless the
+// operator set $GOGC, whose value is then left alone.
+func TestServeGCPercent(t *testing.T) {
+	if pct, ok := serveGCPercent(""); !ok || pct != 400 {
+		t.Errorf("GOGC unset: %d, %v; want 400, true", pct, ok)
+	}
+	for _, env := range []string{"100", "off", "50"} {
+		if pct, ok := serveGCPercent(env); ok {
+			t.Errorf("GOGC=%s: serve sets %d; want the operator's value left alone", env, pct)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -118,6 +119,10 @@ func BenchmarkNodes(b *testing.B) {
 	counts, err := clientCounts(*benchClients)
 	if err != nil {
 		b.Fatal(err)
+	}
+	if os.Getenv("GOGC") == "" {
+		// The nodes run as `lineagec serve` runs them (D211).
+		defer debug.SetGCPercent(debug.SetGCPercent(400))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -56,8 +56,16 @@ proxy restarts.
   lineagec mcp pins -- CMD [ARG…]   prints the upstream tools' pins.
 ` + exitCodesHelp,
 		Args: argsUsage(cobra.ArbitraryArgs),
-		// The root's check refuses --server for commands it does not list.
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return nil },
+		// The root's checks refuse --server for commands they do not list;
+		// the proxy takes --server, and opens no store itself (D222).
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			for _, name := range []string{"store", "data"} {
+				if cmd.Flags().Changed(name) {
+					return fmt.Errorf("%s opens no store (--%s): the proxy asks the guard service at --server, which keeps the logs", cmd.CommandPath(), name)
+				}
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runMCP(cmd.Context(), p, args, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},

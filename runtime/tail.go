@@ -64,8 +64,11 @@ func (r *Runtime) IsLoaded(id string) bool {
 // it cannot run the fold's checks that span records (an approval names a
 // pending request), which need the state from genesis: the runtime ran them
 // when it folded the same records (its own appends, a catch-up, opening the
-// agent). lineage.ErrUnknownAgent if there is no log.
-func (r *Runtime) VerifyTail(agentID string, from uint64, prev string, prevKind lineage.Kind, fn func(lineage.Record) error) error {
+// agent) — and only for records it folded, which is why a caller that signs
+// what it read passes the log's length the runtime acknowledged as upto:
+// records at seq upto and later are left unread (upto 0: to the log's end).
+// lineage.ErrUnknownAgent if there is no log.
+func (r *Runtime) VerifyTail(agentID string, from, upto uint64, prev string, prevKind lineage.Kind, fn func(lineage.Record) error) error {
 	var err error
 	if from == 0 {
 		f, pk := newFolded(), lineage.Kind("")
@@ -74,6 +77,9 @@ func (r *Runtime) VerifyTail(agentID string, from uint64, prev string, prevKind 
 			compile = r.compileKnown // the policy compiles to its digest (D53), once per digest
 		}
 		err = r.store.Scan(agentID, func(seq uint64, line []byte) error {
+			if upto > 0 && seq >= upto {
+				return errStopScan
+			}
 			rec, err := openRecordStrict(line, seq, f.head)
 			if err != nil {
 				return err
@@ -90,6 +96,9 @@ func (r *Runtime) VerifyTail(agentID string, from uint64, prev string, prevKind 
 	} else {
 		next := from
 		err = store.ScanFrom(r.store, agentID, from, func(seq uint64, line []byte) error {
+			if upto > 0 && seq >= upto {
+				return errStopScan
+			}
 			if seq != next {
 				return &ChainError{Seq: seq, Reason: fmt.Sprintf("the store passed record %d, expected %d", seq, next)}
 			}
@@ -107,7 +116,10 @@ func (r *Runtime) VerifyTail(agentID string, from uint64, prev string, prevKind 
 			return fn(rec)
 		})
 	}
-	if errors.Is(err, store.ErrNotFound) {
+	switch {
+	case errors.Is(err, errStopScan):
+		err = nil
+	case errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("%w: %s", lineage.ErrUnknownAgent, agentID)
 	}
 	return err

@@ -55,7 +55,7 @@ func TestVerifyTail(t *testing.T) {
 	}
 	tail := func(rt *runtime.Runtime, from uint64, prev string, kind lineage.Kind) ([]string, error) {
 		var hs []string
-		err := rt.VerifyTail(agent, from, prev, kind, func(r lineage.Record) error { hs = append(hs, r.Hash); return nil })
+		err := rt.VerifyTail(agent, from, 0, prev, kind, func(r lineage.Record) error { hs = append(hs, r.Hash); return nil })
 		return hs, err
 	}
 	for from := range uint64(n) {
@@ -97,6 +97,13 @@ func TestVerifyTail(t *testing.T) {
 		t.Error("a non-canonical record verified strictly")
 	} else if seq, _ := chainSeq(err); seq != 2 {
 		t.Errorf("a non-canonical record: %v, want seq 2 named", err)
+	}
+	// upto bounds what is read: the bad record at seq 2 is past upto 2, so a
+	// tail from 1 reads record 1 only, and vouches for nothing it did not read.
+	var read []uint64
+	if err := bad.VerifyTail(agent, 1, 2, recs[0].Hash, recs[0].Kind, func(r lineage.Record) error { read = append(read, r.Seq); return nil }); err != nil ||
+		fmt.Sprint(read) != "[1]" {
+		t.Errorf("a tail from 1 up to 2: read %v, %v; want [1] and no error", read, err)
 	}
 }
 

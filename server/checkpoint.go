@@ -269,7 +269,7 @@ func (s *Server) bringUp(sl *signedLog) {
 	if pub != nil && pub.note != nil {
 		last, note = &pub.c, pub.note
 	}
-	st, err := s.extend(sl, last)
+	st, err := s.extend(sl, last, target)
 	if err == nil && st.size < target {
 		err = newError(http.StatusInternalServerError, CodeCheckpointDiverged, fmt.Sprintf(
 			"agent %s: the store's log has %d records, the runtime acknowledged %d: it was truncated", sl.agent, st.size, target))
@@ -312,13 +312,20 @@ func (s *Server) bringUp(sl *signedLog) {
 // the log, rebuilt from the stored hashes (checked against the last
 // checkpoint) when it left memory, and from there the new records verified
 // strictly, chained to the head (D201).
-func (s *Server) extend(sl *signedLog, last *checkpoint.Checkpoint) (*merkleState, error) {
+//
+// Past the first meeting only the first upto records are read: the log's length the runtime
+// acknowledged, whose records it folded with the checks that span records
+// (an approval names a pending request), which a tail verify cannot run. A
+// record past it, written to a shared store by another node or by anyone
+// else, is signed once this runtime has folded it (D201).
+func (s *Server) extend(sl *signedLog, last *checkpoint.Checkpoint, upto uint64) (*merkleState, error) {
 	agent := sl.agent
 	cur := sl.state.Load()
 	if last == nil || cur == nil || cur.size < last.Size {
 		st := &merkleState{g: checkpoint.NewGrowing(agent)}
 		if last == nil { // first meeting: the whole log, strictly
-			err := s.rt.VerifyTail(agent, 0, "", "", func(rec lineage.Record) error { return st.add(rec.Seq, rec.Hash, rec.Kind) })
+			// From genesis the fold's checks all run: to the log's end.
+			err := s.rt.VerifyTail(agent, 0, 0, "", "", func(rec lineage.Record) error { return st.add(rec.Seq, rec.Hash, rec.Kind) })
 			if err != nil {
 				return nil, err
 			}
@@ -345,7 +352,7 @@ func (s *Server) extend(sl *signedLog, last *checkpoint.Checkpoint) (*merkleStat
 		kind lineage.Kind
 	}
 	var tail []leaf
-	err := s.rt.VerifyTail(agent, cur.size, cur.head, cur.kind, func(rec lineage.Record) error {
+	err := s.rt.VerifyTail(agent, cur.size, upto, cur.head, cur.kind, func(rec lineage.Record) error {
 		tail = append(tail, leaf{rec.Seq, rec.Hash, rec.Kind})
 		return nil
 	})

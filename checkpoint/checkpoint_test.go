@@ -495,4 +495,8 @@ func TestInclusionProofOfHashes(t *testing.T) {
 	if _, err := checkpoint.InclusionProofOf(c, hashes, 0, 7); !errors.Is(err, checkpoint.ErrBadLog) {
 		t.Errorf("a size past the checkpoint: %v", err)
 	}
+	empty := checkpoint.Checkpoint{Agent: c.Agent, Root: rfc6962.DefaultHasher.EmptyRoot()}
+	if _, err := checkpoint.InclusionProofOf(empty, hashes, 0, 0); !errors.Is(err, checkpoint.ErrBadLog) {
+		t.Errorf("a checkpoint of no records: %v, want ErrBadLog", err)
+	}
 }

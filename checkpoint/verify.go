@@ -148,6 +148,9 @@ func InclusionProof(recs []lineage.Record, seq, size uint64) (Proof, error) {
 // seq in the tree of size records (0: c.Size), at most c.Size. The caller
 // checked the hashes' chain; nothing else of the records is read.
 func InclusionProofOf(c Checkpoint, hashes []string, seq, size uint64) (Proof, error) {
+	if c.Size == 0 {
+		return Proof{}, fmt.Errorf("%w: a checkpoint of no records proves no record", ErrBadLog)
+	}
 	if uint64(len(hashes)) < c.Size {
 		return Proof{}, fmt.Errorf("%w: the log has %d records, the checkpoint %d: truncated", ErrDiverged, len(hashes), c.Size)
 	}

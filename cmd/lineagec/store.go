@@ -102,6 +102,8 @@ func addStoreFlag(root *cobra.Command, g *globalParams) {
 			return nil
 		}
 		switch {
+		case g.store == "":
+			return errors.New(`--store "" names no store: give a postgres://… URL, or leave --store out for the data directory`)
 		case !storeCommands[cmd.CommandPath()]:
 			return fmt.Errorf("%s does not use a store (--store)", cmd.CommandPath())
 		case cmd.Flags().Changed("data"):

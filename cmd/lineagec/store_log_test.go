@@ -186,6 +186,7 @@ func TestStoreFlagConflicts(t *testing.T) {
 		{[]string{"--server", "http://127.0.0.1:1", "--store", nowhere, "state", "agt_x"}, "--store and --server exclude each other"},
 		{[]string{"check", "--store", nowhere, "p.yaml"}, "lineagec check does not use a store (--store)"},
 		{[]string{"key", "generate", "--store", nowhere}, "lineagec key generate does not use a store (--store)"},
+		{[]string{"state", "--store", "", "agt_x"}, `--store "" names no store`},
 		// The MCP proxy takes --server and opens no store (D222).
 		{[]string{"mcp", "--store", nowhere, "--", "true"}, "lineagec mcp opens no store (--store)"},
 		{[]string{"mcp", "--data", t.TempDir(), "--", "true"}, "lineagec mcp opens no store (--data)"},

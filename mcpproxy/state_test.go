@@ -113,3 +113,42 @@ func BenchmarkOpenCallsLookup(b *testing.B) {
 		}
 	}
 }
+
+// A copy trusted from memory (its file seen long after it was written) is
+// still dropped when another proxy replaces the file: the stat of the new
+// file (inode, size, modification time) differs from the kept one's, even
+// when the new file is back-dated as well (D161).
+func TestOpenCallsTrustedCopyFollowsAReplacement(t *testing.T) {
+	dir := t.TempDir()
+	a, err := newOpenCalls(dir, "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := newOpenCalls(dir, "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "agent.calls.json")
+	backdate := func(ago time.Duration) {
+		t.Helper()
+		old := time.Now().Add(-ago)
+		if err := os.Chtimes(path, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 10 {
+		id := fmt.Sprintf("id-%03d", i)
+		if err := a.open("k", id); err != nil {
+			t.Fatal(err)
+		}
+		backdate(time.Duration(20-i) * time.Minute) // each version older than racyWindow, all different
+		for range 2 {                               // the second lookup is answered from memory
+			if got, err := b.lookup("k"); err != nil || got != id {
+				t.Fatalf("version %d: lookup = %q, %v; want %q", i, got, err, id)
+			}
+		}
+		if err := a.drop("k", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

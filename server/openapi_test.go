@@ -2,8 +2,15 @@ package server
 
 import (
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"net/http/httptest"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -13,12 +20,16 @@ import (
 
 // TestOpenAPIMatchesRoutes holds the embedded document to the mux: every
 // route registered is documented, every documented path and method is served,
-// and each documents the error statuses its access implies.
+// and each documents the error statuses its access implies, each 4xx and
+// 5xx with the error schema. Every operation has an operationId, the name a
+// generated client gives its method (D290 (operation ids are method names)),
+// and no two share one.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	var doc struct {
 		OpenAPI string                                `json:"openapi"`
 		Paths   map[string]map[string]json.RawMessage `json:"paths"`
 	}
+	operationIDs := map[string]string{} // id → method and path
 	if err := json.Unmarshal(openAPI, &doc); err != nil {
 		t.Fatalf("openapi.json: %v", err)
 	}
@@ -41,20 +52,45 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 				continue
 			}
 			var op struct {
-				Responses map[string]json.RawMessage `json:"responses"`
-				Security  []map[string][]string      `json:"security"`
+				OperationID string `json:"operationId"`
+				Responses   map[string]struct {
+					Content map[string]struct {
+						Schema struct {
+							Ref string `json:"$ref"`
+						} `json:"schema"`
+					} `json:"content"`
+				} `json:"responses"`
+				Security []map[string][]string `json:"security"`
 			}
 			if err := json.Unmarshal(raw, &op); err != nil {
 				t.Fatalf("%s: %v", key, err)
 			}
+			switch prev, dup := operationIDs[op.OperationID]; {
+			case !operationIDPattern.MatchString(op.OperationID):
+				t.Errorf("%s: operationId %q is not a method name (lowerCamelCase)", key, op.OperationID)
+			case dup:
+				t.Errorf("%s: operationId %q is %s's too", key, op.OperationID, prev)
+			}
+			operationIDs[op.OperationID] = key
+			for status, res := range op.Responses {
+				if status[0] != '4' && status[0] != '5' {
+					continue
+				}
+				if ref := res.Content["application/json"].Schema.Ref; ref != "#/components/schemas/Error" || len(res.Content) != 1 {
+					t.Errorf("%s: %s is not the error schema alone (application/json %q)", key, status, ref)
+				}
+			}
 			if (who == public) != (len(op.Security) == 0) {
 				t.Errorf("%s: security %v does not match its access", key, op.Security)
 			}
-			if who != public && op.Responses["401"] == nil {
+			if _, ok := op.Responses["401"]; who != public && !ok {
 				t.Errorf("%s: 401 not documented", key)
 			}
-			if who != public && who != anyone && op.Responses["403"] == nil {
+			if _, ok := op.Responses["403"]; who != public && who != anyone && !ok {
 				t.Errorf("%s: 403 not documented", key)
+			}
+			if _, ok := op.Responses["404"]; strings.Contains(key, "{agent}") && !ok {
+				t.Errorf("%s: 404 (unknown_agent) not documented", key)
 			}
 		}
 	}
@@ -97,5 +133,73 @@ func TestOpenAPIRoutedByTheMux(t *testing.T) {
 	}
 	if n != len(s.routes()) {
 		t.Errorf("%d documented operations, %d routes", n, len(s.routes()))
+	}
+}
+
+// operationIDPattern is the form of an operationId: a method name.
+var operationIDPattern = regexp.MustCompile(`^[a-z][A-Za-z0-9]*$`)
+
+// TestOpenAPIErrorCodes holds the error schema's code enum to the package's
+// Code constants, the one table of codes (errors.go, checkpoint.go): a
+// client generated from the document knows every code the server sends.
+func TestOpenAPIErrorCodes(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				Error struct {
+					Properties struct {
+						Code struct {
+							Enum []string `json:"enum"`
+						} `json:"code"`
+					} `json:"properties"`
+				} `json:"Error"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	enum := doc.Components.Schemas.Error.Properties.Code.Enum
+	fset := token.NewFileSet()
+	names, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var codes []string
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			vs, ok := n.(*ast.ValueSpec)
+			if !ok {
+				return true
+			}
+			for i, name := range vs.Names {
+				if !strings.HasPrefix(name.Name, "Code") || i >= len(vs.Values) {
+					continue
+				}
+				if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					code, err := strconv.Unquote(lit.Value)
+					if err != nil {
+						t.Fatal(err)
+					}
+					codes = append(codes, code)
+				}
+			}
+			return true
+		})
+	}
+	if len(codes) < 14 {
+		t.Fatalf("found %d Code constants: %v", len(codes), codes)
+	}
+	slices.Sort(codes)
+	sorted := slices.Sorted(slices.Values(enum))
+	if !slices.Equal(codes, sorted) {
+		t.Errorf("the Error schema's code enum %v\nis not the Code constants %v", sorted, codes)
 	}
 }

@@ -6,4 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")"
 npm ci --prefix schema/testdata/ajv --no-audit --no-fund --loglevel=error
 npm ci --prefix mcpproxy/testdata/npm --no-audit --no-fund --loglevel=error
+npm ci --prefix server/testdata/npm --no-audit --no-fund --loglevel=error
 go test ./... && go test -race -short ./... && go test -run '^$' -bench . -benchtime 1x ./...

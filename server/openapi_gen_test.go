@@ -190,7 +190,7 @@ func TestOpenAPIGoClient(t *testing.T) {
 		t.Logf("%s: %v", what, time.Since(start).Round(time.Millisecond))
 		if err != nil {
 			msg := fmt.Sprintf("%s: %v\n%s%s", what, err, stdout.Bytes(), stderr.Bytes())
-			if strings.Contains(stderr.String(), "dial tcp") || strings.Contains(stderr.String(), "lookup ") {
+			if e := stderr.String(); strings.Contains(e, "dial tcp") || strings.Contains(e, "lookup ") || strings.Contains(e, "GOPROXY=off") {
 				needed(t, "the Go module proxy is unreachable: %s", msg)
 			}
 			t.Fatal(msg)

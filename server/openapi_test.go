@@ -26,8 +26,16 @@ import (
 // and no two share one.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
 	var doc struct {
-		OpenAPI string                                `json:"openapi"`
-		Paths   map[string]map[string]json.RawMessage `json:"paths"`
+		OpenAPI string `json:"openapi"`
+		Info    struct {
+			License struct {
+				Name, Identifier string
+			} `json:"license"`
+		} `json:"info"`
+		Servers []struct {
+			URL, Description string
+		} `json:"servers"`
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
 	}
 	operationIDs := map[string]string{} // id → method and path
 	if err := json.Unmarshal(openAPI, &doc); err != nil {
@@ -35,6 +43,13 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	}
 	if !strings.HasPrefix(doc.OpenAPI, "3.1") {
 		t.Errorf("openapi = %q, want 3.1.x", doc.OpenAPI)
+	}
+	// D291 (servers is the default address, as an example)
+	if len(doc.Servers) != 1 || doc.Servers[0].URL != "http://127.0.0.1:8181" || !strings.Contains(doc.Servers[0].Description, "example") {
+		t.Errorf("servers = %+v, want the default address described as an example", doc.Servers)
+	}
+	if doc.Info.License.Identifier != "Apache-2.0" {
+		t.Errorf("info.license = %+v, want Apache-2.0", doc.Info.License)
 	}
 	s := &Server{}
 	served := map[string]access{}

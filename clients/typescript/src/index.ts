@@ -1,5 +1,5 @@
 // @lineage-guard/client: the TypeScript client of the lineage guard service
-// (docs/clients.md). No runtime dependency: Node's global fetch.
+// (docs/typescript.md). No runtime dependency: Node's global fetch.
 import { randomUUID } from "node:crypto";
 import type { components } from "./wire.js";
 
@@ -106,7 +106,7 @@ export function durationMs(d: Duration): number {
 
 const idPattern = /^[A-Za-z0-9._:~-]{1,128}$/;
 
-/** requestId makes an id the service accepts from a framework's tool-call id (kept as is when it already fits). */
+/** requestId makes an id the service accepts from a framework's tool-call id (kept as is when it already fits): D280 (every call of the TypeScript client carries an id). */
 export function requestId(callId: string | undefined): string {
   if (callId === undefined || callId === "") return "lg-" + randomUUID();
   if (idPattern.test(callId) && callId !== "." && callId !== "..") return callId;
@@ -183,7 +183,7 @@ export class Guard {
     return v;
   }
 
-  /** wait holds a pending request until it is decided or wait ends (several server waits past its 60 s cap). */
+  /** wait holds a pending request until it is decided or wait ends: D282 (a wait longer than the service's). */
   async wait(id: string, wait: Duration, signal?: AbortSignal): Promise<Verdict> {
     const agent = await this.agent(signal);
     const end = Date.now() + durationMs(wait);
@@ -222,7 +222,8 @@ export class Guard {
    * call is one logical call: every body carries its id, so every call is safe
    * to repeat; it is retried after network errors and 503s (unknown_outcome
    * included) with backoff, after 429 at Retry-After (capped), all within the
-   * deadline (timeout plus the server wait).
+   * deadline (timeout plus the server wait): D281 (what the TypeScript client
+   * retries).
    */
   async #call<T>(method: string, path: string, body: unknown, signal?: AbortSignal, serverWaitMs = 0): Promise<T> {
     const deadline = AbortSignal.timeout(this.timeoutMs + serverWaitMs);
@@ -281,7 +282,7 @@ export class Guard {
   }
 }
 
-/** What the model is told when a call did not run (docs/clients.md: one text it can act on). */
+/** What the model is told when a call did not run: D283 (the text a model gets for a call that did not run). */
 export interface Outcome {
   tool: string;
   verdict: Verdict;
@@ -334,12 +335,14 @@ export async function decide(
   callId: string | undefined,
   opts: { wait?: Duration; signal?: AbortSignal } = {},
 ): Promise<{ allowed: true; verdict: Verdict } | { allowed: false; text: string; verdict?: Verdict }> {
+  // D287 (a tool input that is not an object).
   const a = args !== null && typeof args === "object" && !Array.isArray(args) ? (args as Record<string, unknown>) : { input: args };
   let v: Verdict;
   try {
     v = await guard.request(tool, a, { id: requestId(callId), wait: opts.wait, signal: opts.signal });
   } catch (err) {
     const why = err instanceof Error ? err.message : String(err);
+    // D284 (an adapter fails closed without throwing).
     return { allowed: false, text: `lineage: the call to ${tool} did not run: the guard could not decide it (${why}). Try again later or report to the user.` };
   }
   if (v.decision === "allow") return { allowed: true, verdict: v };

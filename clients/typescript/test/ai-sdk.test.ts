@@ -8,7 +8,7 @@ import { MockLanguageModelV4 } from "ai/test";
 import { z } from "zod";
 import { Guard } from "../src/index.js";
 import { guardTools, terminated } from "../src/ai-sdk.js";
-import { approveWhenPending, createAgent, policy, skip, startOwnService, state, verified } from "./helpers.js";
+import { approveWhenPending, createAgent, policy, skip, startOwnService, state, verified, verifiedAfterRestart } from "./helpers.js";
 
 type Call = { id: string; name: string; args: object };
 
@@ -159,12 +159,7 @@ test("ai-sdk: the service stopped: the tool does not run (fails closed)", { skip
   const m2 = scripted([[{ id: "d2", name: "lookup", args: { q: "y" } }]]);
   await generateText({ model: m2.model, tools: guardTools(tools(ran), never), stopWhen: stepCountIs(3), prompt: "look" });
   assert.deepEqual(ran, []);
-  const restarted = await startOwnService(own.data);
-  try {
-    await verified({ agent: a.agent, url: restarted.url, adminToken: restarted.adminToken });
-  } finally {
-    await restarted.stop();
-  }
+  await verifiedAfterRestart(own, a.agent);
 });
 
 export type { ModelMessage };

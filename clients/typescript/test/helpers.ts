@@ -141,3 +141,13 @@ export async function startOwnService(data?: string): Promise<OwnService> {
     },
   };
 }
+
+/** verifiedAfterRestart starts a stopped service of a test's own again over its data and asserts that the agent's log verifies. */
+export async function verifiedAfterRestart(own: OwnService, agent: string): Promise<void> {
+  const again = await startOwnService(own.data);
+  try {
+    await verified({ agent, url: again.url, adminToken: again.adminToken });
+  } finally {
+    await again.stop();
+  }
+}

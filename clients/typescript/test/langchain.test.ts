@@ -7,7 +7,7 @@ import { AIMessage, createAgent, tool } from "langchain";
 import { fakeModel } from "@langchain/core/testing";
 import { z } from "zod";
 import { guardTool, lineageMiddleware } from "../src/langchain.js";
-import { approveWhenPending, createAgent as createLineageAgent, policy, skip, startOwnService, state, verified } from "./helpers.js";
+import { approveWhenPending, createAgent as createLineageAgent, policy, skip, startOwnService, state, verified, verifiedAfterRestart } from "./helpers.js";
 
 type Call = { id: string; name: string; args: Record<string, unknown> };
 
@@ -126,4 +126,5 @@ test("langchain middleware: the service stopped: the tool does not run (fails cl
   await agent.invoke({ messages: [{ role: "user", content: "look" }] });
   assert.deepEqual(ran, []);
   assert.match(toolResult(messagesOf(model, 1), "d1"), /did not run: the guard could not decide it/);
+  await verifiedAfterRestart(own, a.agent);
 });

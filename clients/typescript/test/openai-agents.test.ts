@@ -7,7 +7,7 @@ import { Agent, run, setTracingDisabled, tool, Usage, type Model, type ModelRequ
 import { z } from "zod";
 import { AgentTerminated } from "../src/index.js";
 import { guardTool } from "../src/openai-agents.js";
-import { approveWhenPending, createAgent, policy, skip, startOwnService, state, verified } from "./helpers.js";
+import { approveWhenPending, createAgent, policy, skip, startOwnService, state, verified, verifiedAfterRestart } from "./helpers.js";
 
 setTracingDisabled(true); // no trace export: nothing leaves the machine
 
@@ -139,4 +139,5 @@ test("openai-agents: the service stopped: the tool does not run (fails closed)",
   await run(agent(model, ran, a.guard), "look", { maxTurns: 3 });
   assert.deepEqual(ran, []);
   assert.match(toolResult(model.inputs[1], "d1"), /did not run: the guard could not decide it/);
+  await verifiedAfterRestart(own, a.agent);
 });

@@ -93,6 +93,7 @@ export function durationMs(d: Duration): number {
     if (!Number.isFinite(d) || d < 0) throw new RangeError(`duration ${d}: not a number of milliseconds ≥ 0`);
     return d;
   }
+  if (d === "0") return 0;
   const re = /(\d+(?:\.\d+)?)(ms|s|m|h)/gy;
   let total = 0;
   let end = 0;

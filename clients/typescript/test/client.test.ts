@@ -12,6 +12,7 @@ test("durationMs reads Go-style durations and refuses others", () => {
   assert.equal(durationMs("500ms"), 500);
   assert.equal(durationMs("2h"), 7_200_000);
   assert.equal(durationMs(1500), 1500);
+  assert.equal(durationMs("0"), 0);
   for (const bad of ["", "30", "1x", "-1s", "s"]) assert.throws(() => durationMs(bad), RangeError, bad);
   assert.throws(() => durationMs(-1), RangeError);
 });

@@ -7,4 +7,9 @@ cd "$(dirname "$0")"
 npm ci --prefix schema/testdata/ajv --no-audit --no-fund --loglevel=error
 npm ci --prefix mcpproxy/testdata/npm --no-audit --no-fund --loglevel=error
 npm ci --prefix server/testdata/npm --no-audit --no-fund --loglevel=error
+# The TypeScript client (its prepare script builds dist/). A go.mod in its node_modules makes
+# that tree a module of its own, so `go list ./...` and `go vet ./...` never descend into it
+# (an npm package may ship .go files).
+npm ci --prefix clients/typescript --no-audit --no-fund --loglevel=error
+printf 'module ignored/node_modules\n' > clients/typescript/node_modules/go.mod
 go test ./... && go test -race -short ./... && go test -run '^$' -bench . -benchtime 1x ./...

@@ -256,8 +256,9 @@ func atTime(n json.Number) (time.Time, error) {
 }
 
 // Discover lists the candidate case files under paths (files are taken as
-// given; directories are walked for *.yaml, *.yml, *.json, skipping skip.yaml
-// and hidden directories), and the .rego files (tests and the modules they test).
+// given; directories are walked for *.yaml, *.yml, *.json, skipping skip.yaml,
+// npm's package.json and package-lock.json, hidden directories and
+// node_modules), and the .rego files (tests and the modules they test).
 func Discover(paths []string) (cases []Candidate, rego []string, err error) {
 	for _, p := range paths {
 		info, err := os.Stat(p)
@@ -277,14 +278,15 @@ func Discover(paths []string) (cases []Candidate, rego []string, err error) {
 				return err
 			}
 			if d.IsDir() {
-				if path != p && strings.HasPrefix(d.Name(), ".") {
+				// D289 (npm projects beside the cases): installed packages are not cases.
+				if path != p && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules") {
 					return filepath.SkipDir
 				}
 				return nil
 			}
 			name := d.Name()
 			switch {
-			case name == "skip.yaml":
+			case name == "skip.yaml", name == "package.json", name == "package-lock.json":
 			case strings.HasSuffix(name, ".rego"):
 				rego = append(rego, path)
 			case strings.HasSuffix(name, ".yaml"), strings.HasSuffix(name, ".yml"), strings.HasSuffix(name, ".json"):

@@ -167,7 +167,7 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	}
 	defer closeStore()
 	rt := runtime.Open(st, runtime.Options{
-		Compile:     func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
+		Compile:     func(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) },
 		MaxAgents:   p.maxAgents,
 		IdleTimeout: p.idle,
 	})

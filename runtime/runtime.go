@@ -503,13 +503,14 @@ type Approval struct {
 // MaxNote is the most characters an approval's note has (docs/approvals.md).
 const MaxNote = 256
 
-// CheckNote says what is wrong with an approval's note, if anything.
+// CheckNote says what is wrong with an approval's note, if anything (the
+// runtime refuses such an approval as lineage.ErrBadRequest).
 func CheckNote(note string) error {
 	if !utf8.ValidString(note) {
-		return fmt.Errorf("%w: /note: not valid UTF-8", lineage.ErrBadRequest)
+		return errors.New("/note: not valid UTF-8")
 	}
 	if n := utf8.RuneCountInString(note); n > MaxNote {
-		return fmt.Errorf("%w: /note: %d characters, over the limit of %d", lineage.ErrBadRequest, n, MaxNote)
+		return fmt.Errorf("/note: %d characters, over the limit of %d", n, MaxNote)
 	}
 	return nil
 }
@@ -548,7 +549,7 @@ func (r *Runtime) pending(ctx context.Context, a *agent, ap Approval, m mode) (l
 		return lineage.Verdict{}, time.Time{}, nil, err
 	}
 	if err := CheckNote(ap.Note); err != nil {
-		return lineage.Verdict{}, time.Time{}, nil, err
+		return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("%w: %w", lineage.ErrBadRequest, err)
 	}
 	at, err := r.timeFor(a, ap.At)
 	if err != nil {

@@ -197,3 +197,63 @@ func TestLoopingAgentQuota(t *testing.T) {
 		t.Errorf("the loop slowed another agent down: p99 %v beside it, %v alone", p99Loop, p99Alone)
 	}
 }
+
+// TestApprovalNote: approve and reject take an optional note of at most 256
+// characters, kept in the approval record and given with the request's
+// verdict; anything else is 400 naming /note, and nothing is recorded. Pins
+// D265 (the note of an approval).
+func TestApprovalNote(t *testing.T) {
+	e := start(t)
+	agent, c := e.agent()
+	for _, id := range []string{"w1", "w2", "w3"} {
+		if v, err := c.Request(bg, agent, lineage.Request{ID: id, Tool: "wire"}); err != nil || v.Decision != lineage.Pending {
+			t.Fatalf("%s: %+v %v", id, v, err)
+		}
+	}
+	base := "/v1/agents/" + agent + "/requests/"
+	before := e.lines(agent)
+	for _, body := range []string{`{"note": 5}`, `{"note": null}`, `{"note": ["x"]}`,
+		`{"note": "` + strings.Repeat("é", 257) + `"}`, `{"reason": "x"}`} {
+		st, m := e.raw("POST", base+"w1/reject", e.tokens["approver"], body)
+		msg, _ := m["message"].(string)
+		if st != 400 || m["code"] != "bad_request" || !strings.HasPrefix(msg, "/") {
+			t.Errorf("reject %s: %d %v; want 400 bad_request naming the field", body, st, m)
+		}
+		if !strings.Contains(body, "reason") && !strings.HasPrefix(msg, "/note") {
+			t.Errorf("reject %s: message %q does not name /note", body, msg)
+		}
+	}
+	if e.lines(agent) != before {
+		t.Fatal("a refused rejection was recorded")
+	}
+	note256 := strings.Repeat("é", 256)
+	v, err := e.approver.RejectWithNote(bg, agent, "w1", "not to that account: use the one on file")
+	if err != nil || v.Reason != "approval_rejected" || v.Note != "not to that account: use the one on file" {
+		t.Fatalf("reject with a note: %+v %v", v, err)
+	}
+	if v, err = e.approver.ApproveWithNote(bg, agent, "w2", note256); err != nil || v.Decision != lineage.Allow || v.Note != note256 {
+		t.Fatalf("approve with a 256-character note: %+v %v", v, err)
+	}
+	if st, m := e.raw("POST", base+"w3/approve", e.tokens["approver"], `{}`); st != 200 || m["note"] != nil {
+		t.Fatalf("approve with an empty body: %d %v", st, m)
+	}
+	// The agent reads the note with its verdict, and a retry gives it again.
+	if v, err := c.Verdict(bg, agent, "w1", 0); err != nil || v.Note != "not to that account: use the one on file" {
+		t.Errorf("the rejected request's verdict: %+v %v", v, err)
+	}
+	if v, err := c.Request(bg, agent, lineage.Request{ID: "w1", Tool: "wire"}); err != nil || v.Note == "" {
+		t.Errorf("a retry of the rejected request: %+v %v", v, err)
+	}
+	// The record keeps it beside the verdict, and the log verifies.
+	recs := served(t, e.admin, agent)
+	var body lineage.ApprovalBody
+	if err := json.Unmarshal(recs[5].Body, &body); err != nil || body.Note != "not to that account: use the one on file" || body.Verdict.Note != "" {
+		t.Errorf("approval record: %s (%v)", recs[5].Body, err)
+	}
+	if !strings.Contains(string(recs[5].Body), `"approver":"alice","note":"not to that account`) {
+		t.Errorf("approval record not canonical: %s", recs[5].Body)
+	}
+	if st, m := e.raw("GET", "/v1/agents/"+agent+"/verify", e.tokens["admin"], ""); st != 200 || m["ok"] != true {
+		t.Errorf("verify: %d %v", st, m)
+	}
+}

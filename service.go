@@ -15,4 +15,7 @@ var (
 	ErrForbidden = errors.New("forbidden")
 	// ErrUnavailable: the store cannot be written; nothing was acknowledged (503).
 	ErrUnavailable = errors.New("unavailable")
+	// ErrTooManyRequests: the agent's token is over its request quota; nothing
+	// was recorded (429, with Retry-After).
+	ErrTooManyRequests = errors.New("too_many_requests")
 )

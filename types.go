@@ -88,6 +88,10 @@ type Verdict struct {
 	Terminated Termination `json:"terminated"`
 	RequestID  string      `json:"request_id"`
 	Seq        uint64      `json:"seq"`
+	// Note is the approver's note of an approval or rejection (docs/approvals.md),
+	// in the answers that give a decided request's verdict. A verdict written in
+	// a record never has one: the approval record keeps the note beside it.
+	Note string `json:"note,omitempty"`
 }
 
 // Kind is the kind of a log record (docs/log.md).
@@ -150,6 +154,8 @@ type ApprovalBody struct {
 	Approver  string  `json:"approver"`
 	Approved  bool    `json:"approved"`
 	Verdict   Verdict `json:"verdict"`
+	// Note is the approver's note, at most 256 characters (docs/approvals.md).
+	Note string `json:"note,omitempty"`
 }
 
 // TerminationBody is the body of the last record of a sealed log.

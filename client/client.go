@@ -29,7 +29,14 @@ type Client struct {
 	hc    *http.Client
 	// Retries is how many times a call that is safe to repeat is tried again
 	// after a network error or a 503 (default 3); backoff doubles from 100 ms.
+	// A 429 (the agent's request quota, docs/service.md) recorded nothing, so
+	// any call is tried again after it, as many times, once the Retry-After
+	// the server gives has passed.
 	Retries int
+	// MaxRetryAfter is the longest Retry-After a call waits for (default 5 s):
+	// a 429 asking for longer is returned at once (errors.Is
+	// lineage.ErrTooManyRequests).
+	MaxRetryAfter time.Duration
 }
 
 // New returns a client of the service at baseURL (http://127.0.0.1:8181)
@@ -44,7 +51,7 @@ func New(baseURL, token string, hc *http.Client) (*Client, error) {
 			Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
 		}}
 	}
-	return &Client{base: u, token: token, hc: hc, Retries: 3}, nil
+	return &Client{base: u, token: token, hc: hc, Retries: 3, MaxRetryAfter: 5 * time.Second}, nil
 }
 
 // Diagnostic is one problem of an invalid policy, as `lineagec check --format json` prints it.
@@ -75,18 +82,19 @@ func (e *Error) Error() string {
 
 // sentinels maps the service's error codes to lineage's errors.
 var sentinels = map[string]error{
-	"bad_request":     lineage.ErrBadRequest,
-	"invalid_policy":  lineage.ErrInvalidPolicy,
-	"unauthorized":    lineage.ErrUnauthorized,
-	"forbidden":       lineage.ErrForbidden,
-	"unknown_agent":   lineage.ErrUnknownAgent,
-	"unknown_request": lineage.ErrUnknownRequest,
-	"id_conflict":     lineage.ErrIDConflict,
-	"not_pending":     lineage.ErrNotPending,
-	"sealed":          lineage.ErrSealed,
-	"corrupt_log":     lineage.ErrCorrupt,
-	"unavailable":     lineage.ErrUnavailable,
-	"too_large":       lineage.ErrBadRequest,
+	"bad_request":       lineage.ErrBadRequest,
+	"invalid_policy":    lineage.ErrInvalidPolicy,
+	"unauthorized":      lineage.ErrUnauthorized,
+	"forbidden":         lineage.ErrForbidden,
+	"unknown_agent":     lineage.ErrUnknownAgent,
+	"unknown_request":   lineage.ErrUnknownRequest,
+	"id_conflict":       lineage.ErrIDConflict,
+	"not_pending":       lineage.ErrNotPending,
+	"sealed":            lineage.ErrSealed,
+	"corrupt_log":       lineage.ErrCorrupt,
+	"unavailable":       lineage.ErrUnavailable,
+	"too_many_requests": lineage.ErrTooManyRequests,
+	"too_large":         lineage.ErrBadRequest,
 }
 
 // Is reports whether target is the sentinel of e's code.
@@ -157,8 +165,14 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 			req.Header.Set("Authorization", "Bearer "+c.token)
 		}
 		resp, err := c.hc.Do(req)
+		wait := backoff
 		again := retry && attempt < c.Retries && ctx.Err() == nil &&
 			(err != nil || resp.StatusCode == http.StatusServiceUnavailable)
+		if err == nil && resp.StatusCode == http.StatusTooManyRequests && attempt < c.Retries && ctx.Err() == nil {
+			// Over the quota: nothing was recorded, so the same call (the
+			// same request id) is safe to send again once the server says.
+			wait, again = c.retryAfter(resp.Header.Get("Retry-After"))
+		}
 		if !again {
 			if err != nil {
 				return nil, fmt.Errorf("client: %s %s: %w", method, path, err)
@@ -172,10 +186,28 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("client: %s %s: %w", method, path, ctx.Err())
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
 		backoff *= 2
 	}
+}
+
+// retryAfter reads a 429's Retry-After (whole seconds) and says whether to
+// wait that long: not when it is missing, malformed or over MaxRetryAfter.
+func (c *Client) retryAfter(h string) (time.Duration, bool) {
+	secs, err := strconv.ParseUint(strings.TrimSpace(h), 10, 32)
+	if err != nil {
+		return 0, false
+	}
+	limit := c.MaxRetryAfter
+	if limit <= 0 {
+		limit = 5 * time.Second
+	}
+	d := time.Duration(secs) * time.Second
+	if d > limit {
+		return 0, false
+	}
+	return d, true
 }
 
 // seg escapes one path segment (an id may hold any character, '/' included).
@@ -295,15 +327,36 @@ func (c *Client) Verdict(ctx context.Context, agent, id string, wait time.Durati
 
 // Approve approves a pending request as the caller. Not retried: a repeat is not_pending.
 func (c *Client) Approve(ctx context.Context, agent, id string) (lineage.Verdict, error) {
+	return c.ApproveWithNote(ctx, agent, id, "")
+}
+
+// ApproveWithNote approves a pending request as the caller with a note (at
+// most 256 characters, kept in the approval record; "" for none). Not retried.
+func (c *Client) ApproveWithNote(ctx context.Context, agent, id, note string) (lineage.Verdict, error) {
 	var out lineage.Verdict
-	err := c.call(ctx, "POST", "/v1/agents/"+seg(agent)+"/requests/"+seg(id)+"/approve", nil, nil, &out, http.StatusOK, false)
+	err := c.call(ctx, "POST", "/v1/agents/"+seg(agent)+"/requests/"+seg(id)+"/approve", nil, noteBody(note), &out, http.StatusOK, false)
 	return out, err
+}
+
+// noteBody is the body of approve and reject: none without a note.
+func noteBody(note string) any {
+	if note == "" {
+		return nil
+	}
+	return map[string]string{"note": note}
 }
 
 // Reject rejects a pending request as the caller. Not retried.
 func (c *Client) Reject(ctx context.Context, agent, id string) (lineage.Verdict, error) {
+	return c.RejectWithNote(ctx, agent, id, "")
+}
+
+// RejectWithNote rejects a pending request as the caller with a note (at most
+// 256 characters, kept in the approval record and shown to the agent; "" for
+// none). Not retried.
+func (c *Client) RejectWithNote(ctx context.Context, agent, id, note string) (lineage.Verdict, error) {
 	var out lineage.Verdict
-	err := c.call(ctx, "POST", "/v1/agents/"+seg(agent)+"/requests/"+seg(id)+"/reject", nil, nil, &out, http.StatusOK, false)
+	err := c.call(ctx, "POST", "/v1/agents/"+seg(agent)+"/requests/"+seg(id)+"/reject", nil, noteBody(note), &out, http.StatusOK, false)
 	return out, err
 }
 

@@ -45,6 +45,19 @@ func Compile(file string, data []byte) (*policy.Compiled, error) {
 	return CompileDocument(doc, dir)
 }
 
+// CompileRecorded compiles a normalized policy document read from record 1 of a
+// log (the runtime's Options.Compile). It is Compile but for one default: an
+// absent max_pending is a policy recorded before the field existed and keeps no
+// limit, so the document compiles to the digest it was recorded with (D260
+// (policies recorded before max_pending keep no limit)).
+func CompileRecorded(doc []byte) (*policy.Compiled, error) {
+	d, diags := source.Load("", doc)
+	if len(diags) > 0 {
+		return nil, diags
+	}
+	return compileDocument(d, ".", true)
+}
+
 // CompilePolicy compiles a policy built in Go (see policy.New). It yields the
 // same normalized document and digest as the same policy written in YAML.
 func CompilePolicy(p policy.Policy) (*policy.Compiled, error) {
@@ -58,6 +71,10 @@ func CompilePolicy(p policy.Policy) (*policy.Compiled, error) {
 // CompileDocument compiles an already loaded document (a policy file, or a
 // policy embedded in a conformance case file: positions point into that file).
 func CompileDocument(doc *source.Document, dir string) (*policy.Compiled, error) {
+	return compileDocument(doc, dir, false)
+}
+
+func compileDocument(doc *source.Document, dir string, recorded bool) (*policy.Compiled, error) {
 	if diags := source.Validate(doc, "policy"); len(diags) > 0 {
 		return nil, diags
 	}
@@ -94,7 +111,7 @@ func CompileDocument(doc *source.Document, dir string) (*policy.Compiled, error)
 		diags = append(diags, parseExtension(e)...)
 	}
 
-	n := normalize(p)
+	n := normalize(p, recorded)
 	progs, celReadsState, celDiags := compileConstraints(n, doc)
 	diags = append(diags, celDiags...)
 	if len(diags) > 0 {

@@ -61,7 +61,7 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 			approvalPkgs = append(approvalPkgs, p)
 		}
 	}
-	st := stepper{rate: n.RateLimit, extDeny: len(denyPkgs) > 0, extApproval: len(approvalPkgs) > 0}
+	st := stepper{rate: n.RateLimit, maxPending: n.MaxPending, extDeny: len(denyPkgs) > 0, extApproval: len(approvalPkgs) > 0}
 
 	// The verdict (docs/decision-order.md steps 3-9). A step a tool cannot trigger (no cap,
 	// no cost, no constraint, no approval) is not written at all: an allowed
@@ -194,6 +194,7 @@ func constFigures(r policy.ToolRule, when string) figures {
 // stepper writes the steps of tool rules; what it holds is the policy's.
 type stepper struct {
 	rate                 *policy.RateLimit
+	maxPending           *int64 // nil: no limit (a policy recorded before max_pending)
 	extDeny, extApproval bool
 }
 
@@ -227,10 +228,24 @@ func (s stepper) steps(guard string, f figures) []branch {
 	if f.cost != "" {
 		add(verdict("deny", "insufficient_budget", "0", "null"), "input.state.remaining < "+f.cost)
 	}
+	// Step 8: a request that would be pending while the agent already has
+	// max_pending pending ones is denied instead (input.pending_count, the
+	// runtime's count of pending requests). An approval never meets it: the
+	// request it decides is one of those pending.
+	tooMany := ""
+	if s.maxPending != nil {
+		tooMany = fmt.Sprintf("input.pending_count >= %d", *s.maxPending)
+	}
 	switch {
 	case f.approval:
+		if tooMany != "" {
+			add(`guard.denial("too_many_pending", "minor")`, `input.mode == "request"`, tooMany)
+		}
 		add(verdict("pending", "approval_required", "0", "null"), `input.mode == "request"`)
 	case s.extApproval:
+		if tooMany != "" {
+			add(`guard.denial("too_many_pending", "minor")`, `input.mode == "request"`, "ext_requires_approval", tooMany)
+		}
 		add(verdict("pending", "approval_required", "0", "null"), `input.mode == "request"`, "ext_requires_approval")
 	}
 	cost := f.cost

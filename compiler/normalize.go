@@ -23,6 +23,7 @@ type normDoc struct {
 	RateLimit   *policy.RateLimit   `json:"rate_limit"`
 	Tools       map[string]normRule `json:"tools"`
 	DefaultRule *normRule           `json:"default_rule"`
+	MaxPending  *int64              `json:"max_pending,omitempty"`
 	ScarWeights policy.ScarWeights  `json:"scar_weights"`
 	Rego        []normModule        `json:"rego"`
 }
@@ -47,14 +48,22 @@ type normModule struct {
 }
 
 // normalize fills every default of docs/policy.md (decision D16). Extension paths must
-// already be inlined (p.Rego holds sources only).
-func normalize(p policy.Policy) policy.Policy {
+// already be inlined (p.Rego holds sources only). recorded says the document is
+// record 1 of a log: there an absent max_pending is a policy recorded before the
+// field existed, which keeps no limit, and stays absent so that its digest is
+// the one recorded (D260 (policies recorded before max_pending keep no limit)).
+func normalize(p policy.Policy, recorded bool) policy.Policy {
 	n := policy.Policy{
 		Name:        p.Name,
 		Description: p.Description,
 		Budget:      p.Budget,
 		RateLimit:   p.RateLimit,
+		MaxPending:  p.MaxPending,
 		Tools:       make(map[string]policy.ToolRule, len(p.Tools)),
+	}
+	if n.MaxPending == nil && !recorded {
+		m := int64(policy.DefaultMaxPending)
+		n.MaxPending = &m
 	}
 	limit := int64(policy.DefaultScarLimit)
 	if p.ScarLimit != nil {
@@ -105,7 +114,7 @@ func toNormRule(r policy.ToolRule) normRule {
 func canonical(n policy.Policy) ([]byte, string, error) {
 	d := normDoc{
 		Name: n.Name, Description: n.Description, Budget: n.Budget, ScarLimit: *n.ScarLimit,
-		RateLimit: n.RateLimit, Tools: map[string]normRule{}, ScarWeights: *n.ScarWeights,
+		RateLimit: n.RateLimit, MaxPending: n.MaxPending, Tools: map[string]normRule{}, ScarWeights: *n.ScarWeights,
 		Rego: []normModule{},
 	}
 	for name, r := range n.Tools {

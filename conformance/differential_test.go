@@ -80,6 +80,10 @@ func randomPolicy(r *rand.Rand) policy.Policy {
 	if r.IntN(3) == 0 {
 		b.ScarWeights(int64(1+r.IntN(3)), int64(1+r.IntN(5)), int64(1+r.IntN(10)))
 	}
+	if r.IntN(2) == 0 {
+		// Small limits, so that sequences meet them (the default, 10, they rarely do).
+		b.MaxPending(int64(1 + r.IntN(3)))
+	}
 	return b.Policy()
 }
 

@@ -75,7 +75,7 @@ func (c *Case) run(ctx context.Context) []string {
 		return []string{"the case asserts nothing: give a step an expect, or add expect_state"}
 	}
 	rt := runtime.Open(store.NewMemory(), runtime.Options{
-		Compile:    func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
+		Compile:    func(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) },
 		Clock:      func() time.Time { return Genesis },
 		NewAgentID: func() string { return "agt_conformance" },
 	})

@@ -35,6 +35,9 @@ const (
 	ReasonGuardUnavailable  = "guard_unavailable"
 	ReasonMalformed         = "malformed_request"
 	ReasonAlreadyForwarded  = "already_forwarded"
+	// ReasonTooManyRequests: the agent's token is over its request quota at
+	// the service (429, docs/service.md): nothing was recorded or forwarded.
+	ReasonTooManyRequests = "too_many_requests"
 )
 
 // decideTimeout bounds one exchange with the service that the host's
@@ -201,6 +204,12 @@ func (p *Proxy) guardError(ctx context.Context, name string, err error) (mcp.Res
 		return nil, ctx.Err()
 	}
 	var ce *client.Error
+	if errors.As(err, &ce) && errors.Is(err, lineage.ErrTooManyRequests) {
+		// A refusal the model can act on, never a forward (D264 (a 429 is "slow down")).
+		return refusal(ReasonTooManyRequests, fmt.Sprintf(
+			"lineage refused the call to %q without recording or forwarding it: this agent is calling tools faster than its request quota allows. Slow down: wait a few seconds before calling any tool again, and do not retry in a loop.", name),
+			map[string]any{"tool": name, "message": ce.Message}), nil
+	}
 	if errors.As(err, &ce) && errors.Is(err, lineage.ErrBadRequest) {
 		return refusal(ReasonMalformed, fmt.Sprintf(
 			"lineage refused the call to %q as malformed, and did not record or forward it: %s.", name, strings.TrimSuffix(ce.Message, ".")),
@@ -224,6 +233,7 @@ var hints = map[string]string{
 	"max_calls_exceeded":  "the tool has been called as many times as the policy allows: do not call it again",
 	"insufficient_budget": "the agent has too few credits left for it",
 	"approval_rejected":   "a person rejected this call: do not repeat it",
+	"too_many_pending":    "too many of the agent's calls already wait for a person's approval: wait for them to be decided before asking for another",
 }
 
 // denyText is the one sentence a model reads for a denial (§11): the tool,
@@ -239,6 +249,9 @@ func (p *Proxy) denyText(ctx context.Context, tool string, v lineage.Verdict) st
 		fmt.Fprintf(&b, "; %s", h)
 	}
 	b.WriteString(")")
+	if v.Note != "" {
+		fmt.Fprintf(&b, "; the approver's note: %q", v.Note)
+	}
 	if v.Scar != nil {
 		fmt.Fprintf(&b, "; it left a %s scar (weight %d)", v.Scar.Severity, v.Scar.Weight)
 	} else {

@@ -34,6 +34,12 @@ func (b *Builder) ScarLimit(limit int64) *Builder {
 	return b
 }
 
+// MaxPending sets the most requests of the agent pending approval at once.
+func (b *Builder) MaxPending(n int64) *Builder {
+	b.p.MaxPending = &n
+	return b
+}
+
 // ScarWeights sets the weight of each severity.
 func (b *Builder) ScarWeights(minor, moderate, severe int64) *Builder {
 	b.p.ScarWeights = &ScarWeights{Minor: minor, Moderate: moderate, Severe: severe}

@@ -24,8 +24,12 @@ type Policy struct {
 	RateLimit   *RateLimit          `json:"rate_limit"`
 	Tools       map[string]ToolRule `json:"tools"`
 	DefaultRule *ToolRule           `json:"default_rule"`
-	ScarWeights *ScarWeights        `json:"scar_weights,omitempty"`
-	Rego        []RegoModule        `json:"rego,omitempty"`
+	// MaxPending is the most requests pending at once (docs/policy.md). After
+	// normalization nil means no limit: a policy recorded before the field
+	// existed (compiler.CompileRecorded).
+	MaxPending  *int64       `json:"max_pending,omitempty"`
+	ScarWeights *ScarWeights `json:"scar_weights,omitempty"`
+	Rego        []RegoModule `json:"rego,omitempty"`
 }
 
 // RateLimit allows at most MaxActions allowed actions in any sliding window of WindowSecs.
@@ -70,10 +74,11 @@ type RegoModule struct {
 
 // Defaults of docs/policy.md.
 const (
-	DefaultScarLimit = 10
-	DefaultMinor     = 1
-	DefaultModerate  = 3
-	DefaultSevere    = 10
+	DefaultScarLimit  = 10
+	DefaultMinor      = 1
+	DefaultModerate   = 3
+	DefaultSevere     = 10
+	DefaultMaxPending = 10
 )
 
 // Module is one Rego module of a compiled policy.

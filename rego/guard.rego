@@ -15,12 +15,14 @@
 #   input.request          {id, tool, args, at (RFC 3339), at_ns}
 #   input.state            {budget, spent, remaining, scar_score, calls, tool_calls}
 #   input.rate_kth_age_ns  (only once there have been max_actions allowed actions)
+#   input.pending_count    how many requests of the agent are pending (step 8,
+#                          max_pending)
 #   input.rule             the matched tool rule, every field present
 #                          (Compiled.Rules)
 #
 # Other policies get what their rules read (Compiled.Reads): the generated
 # verdict reads mode, request.tool, state.{remaining, scar_score, tool_calls}
-# and rate_kth_age_ns; CEL constraints add request.{args, at_ns}, and the
+# rate_kth_age_ns and pending_count; CEL constraints add request.{args, at_ns}, and the
 # rest of state if one of them reads state.
 #
 # tool_calls is calls[tool] (0 if absent). rate_kth_age_ns is how long ago (t

@@ -172,6 +172,7 @@ const (
 
 var (
 	kMode, kRequest, kState, kRateKth = ast.InternedTerm("mode"), ast.InternedTerm("request"), ast.InternedTerm("state"), ast.InternedTerm("rate_kth_age_ns")
+	kPendingCount                     = ast.InternedTerm("pending_count")
 	kID, kTool, kArgs, kAt, kAtNs     = ast.InternedTerm("id"), ast.InternedTerm("tool"), ast.InternedTerm("args"), ast.InternedTerm("at"), ast.InternedTerm("at_ns")
 	kBudget, kSpent, kRemaining       = ast.InternedTerm("budget"), ast.InternedTerm("spent"), ast.InternedTerm("remaining")
 	kScarScore, kCalls, kToolCalls    = ast.InternedTerm("scar_score"), ast.InternedTerm("calls"), ast.InternedTerm("tool_calls")
@@ -199,8 +200,8 @@ func (e *engine) toolTerm(tool string) *ast.Term {
 // by one ast.NewObject call with all its members: inserting them one by one
 // costs an allocation per member and regrows the object.
 func (e *engine) input(m mode, id, tool string, cr *checkedRequest, at time.Time, f *folded) (ast.Value, error) {
-	var members [5][2]*ast.Term
-	top := append(members[:0], ast.Item(kMode, modeTerms[m]))
+	var members [6][2]*ast.Term
+	top := append(members[:0], ast.Item(kMode, modeTerms[m]), ast.Item(kPendingCount, ast.InternedTerm(len(f.pending))))
 	if kth, ok := f.rateKth(); ok {
 		top = append(top, ast.Item(kRateKth, ast.IntNumberTerm(int(at.UnixNano()-kth))))
 	}

@@ -37,11 +37,16 @@ func TestSharedCompilation(t *testing.T) {
 				return
 			}
 			for i := 0; i < 20; i++ {
-				// tool_00001: cost 1, no cap; tool_00002: max_calls 12; tool_00007: approval.
+				// tool_00001: cost 1, no cap; tool_00002: max_calls 12; tool_00007: approval,
+				// pending until the default max_pending (10) are.
+				approval := lineage.Pending
+				if i >= 10 {
+					approval = lineage.Deny
+				}
 				for _, want := range []struct {
 					tool     string
 					decision lineage.Decision
-				}{{"tool_00001", lineage.Allow}, {"tool_00007", lineage.Pending}, {"nope", lineage.Allow}} {
+				}{{"tool_00001", lineage.Allow}, {"tool_00007", approval}, {"nope", lineage.Allow}} {
 					v, err := rt.Request(bg, id, lineage.Request{Tool: want.tool, At: sec(float64(3*i) + 100)})
 					if err != nil {
 						errs <- err

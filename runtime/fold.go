@@ -177,7 +177,9 @@ func (f *folded) fold(rec lineage.Record, body any, canonArgs []byte) error {
 			return fmt.Errorf("approval of %q, which is not pending", b.RequestID)
 		}
 		delete(f.pending, b.RequestID)
-		f.setVerdict(b.RequestID, b.Verdict)
+		v := b.Verdict
+		v.Note = b.Note // what a retry and the request's verdict answer (docs/approvals.md)
+		f.setVerdict(b.RequestID, v)
 		if b.Verdict.Decision == lineage.Allow {
 			f.allowed(req.Tool, b.Verdict.Cost, rec.At.Time)
 		}
@@ -285,6 +287,9 @@ func decodeBody(rec lineage.Record) (body any, canonArgs []byte, err error) {
 	}
 	if err := strictDecode(rec.Body, body); err != nil {
 		return nil, nil, fmt.Errorf("%s body: %w", rec.Kind, err)
+	}
+	if b, ok := body.(*lineage.ApprovalBody); ok && b.Verdict.Note != "" {
+		return nil, nil, fmt.Errorf("approval body: /verdict/note: unknown field (the note is the body's)")
 	}
 	return body, nil, nil
 }

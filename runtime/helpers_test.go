@@ -30,7 +30,7 @@ func sec(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Sec
 
 var bg = context.Background()
 
-// compileCache memoizes compiler.Compile by document: a Compiled is immutable,
+// compileCache memoizes compiler.CompileRecorded by document: a Compiled is immutable,
 // and the property tests reopen many agents.
 var compileCache sync.Map // string(doc) → *policy.Compiled
 
@@ -38,7 +38,7 @@ func compileDoc(doc []byte) (*policy.Compiled, error) {
 	if c, ok := compileCache.Load(string(doc)); ok {
 		return c.(*policy.Compiled), nil
 	}
-	c, err := compiler.Compile("", doc)
+	c, err := compiler.CompileRecorded(doc)
 	if err != nil {
 		return nil, err
 	}

@@ -143,6 +143,10 @@ func appendCanonicalBody(dst []byte, it item) ([]byte, bool) {
 		dst = strconv.AppendBool(dst, b.Approved)
 		dst = append(dst, `,"approver":`...)
 		dst = appendCanonicalString(dst, b.Approver)
+		if b.Note != "" {
+			dst = append(dst, `,"note":`...)
+			dst = appendCanonicalString(dst, b.Note)
+		}
 		dst = append(dst, `,"request_id":`...)
 		dst = appendCanonicalString(dst, b.RequestID)
 		dst = append(dst, `,"verdict":`...)

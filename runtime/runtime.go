@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -494,6 +495,24 @@ type Approval struct {
 	RequestID string
 	By        string
 	At        time.Time // zero: now
+	// Note is the approver's note, kept in the approval record: at most
+	// MaxNote characters of valid UTF-8 ("" for none).
+	Note string
+}
+
+// MaxNote is the most characters an approval's note has (docs/approvals.md).
+const MaxNote = 256
+
+// CheckNote says what is wrong with an approval's note, if anything (the
+// runtime refuses such an approval as lineage.ErrBadRequest).
+func CheckNote(note string) error {
+	if !utf8.ValidString(note) {
+		return errors.New("/note: not valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(note); n > MaxNote {
+		return fmt.Errorf("/note: %d characters, over the limit of %d", n, MaxNote)
+	}
+	return nil
 }
 
 // Approve allows a pending request if docs/decision-order.md steps 3–7 still pass now (§7).
@@ -529,6 +548,9 @@ func (r *Runtime) pending(ctx context.Context, a *agent, ap Approval, m mode) (l
 	if err := checkActor("approver", ap.By, a); err != nil {
 		return lineage.Verdict{}, time.Time{}, nil, err
 	}
+	if err := CheckNote(ap.Note); err != nil {
+		return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("%w: %w", lineage.ErrBadRequest, err)
+	}
 	at, err := r.timeFor(a, ap.At)
 	if err != nil {
 		return lineage.Verdict{}, time.Time{}, nil, err
@@ -554,11 +576,12 @@ func (r *Runtime) pending(ctx context.Context, a *agent, ap Approval, m mode) (l
 	}
 	v := verdictOf(d, req.ID, a.f.seq+1)
 	items := []item{{kind: lineage.KindApproval, body: &lineage.ApprovalBody{
-		RequestID: req.ID, Approver: ap.By, Approved: m == modeApprove, Verdict: v,
+		RequestID: req.ID, Approver: ap.By, Approved: m == modeApprove, Verdict: v, Note: ap.Note,
 	}}}
 	if v.Terminated != "" {
 		items = append(items, item{kind: lineage.KindTermination, body: &lineage.TerminationBody{Reason: v.Terminated}})
 	}
+	v.Note = ap.Note // the answer's, not the recorded verdict's
 	return v, at, items, nil
 }
 

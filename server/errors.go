@@ -19,7 +19,8 @@ type Error struct {
 	Message string    `json:"message"`
 	Errors  diag.List `json:"errors,omitempty"`
 
-	status int
+	status     int
+	retryAfter int // seconds, for a 429
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -40,6 +41,9 @@ const (
 	CodeTooLarge       = "too_large"
 	CodeCorrupt        = "corrupt_log"
 	CodeUnavailable    = "unavailable"
+	// CodeTooManyRequests: an agent's token over its request quota (429,
+	// Retry-After; docs/service.md). Nothing was recorded.
+	CodeTooManyRequests = "too_many_requests"
 )
 
 func newError(status int, code, message string) *Error {

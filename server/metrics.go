@@ -17,6 +17,7 @@ import (
 type metrics struct {
 	reg       *prometheus.Registry
 	decisions *prometheus.CounterVec
+	throttled prometheus.Counter
 	duration  prometheus.Histogram
 	http      *prometheus.CounterVec
 	httpTime  *prometheus.HistogramVec
@@ -30,6 +31,9 @@ func newMetrics(s *Server) *metrics {
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lineage_decisions_total", Help: "Verdicts answered to requests (retries included), approvals and rejections, by decision and reason.",
 	}, []string{"decision", "reason"})
+	m.throttled = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lineage_requests_throttled_total", Help: "Calls of agent tokens refused 429 too_many_requests: over the agent's request quota, nothing recorded.",
+	})
 	m.duration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "lineage_decision_duration_seconds", Help: "Time to decide and durably record a request, approval or rejection.",
 		Buckets: prometheus.ExponentialBuckets(25e-6, 2, 16),
@@ -61,7 +65,7 @@ func newMetrics(s *Server) *metrics {
 		m.loaded.Range(func(_, _ any) bool { n++; return true })
 		return float64(n)
 	})
-	m.reg.MustRegister(m.decisions, m.duration, m.http, m.httpTime, pending, loaded,
+	m.reg.MustRegister(m.decisions, m.throttled, m.duration, m.http, m.httpTime, pending, loaded,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if s.cfg.SyncStats != nil {
 		m.reg.MustRegister(&syncCollector{stats: s.cfg.SyncStats, desc: prometheus.NewDesc(

@@ -22,12 +22,12 @@ func (s *Server) mountInbox() {
 			return inbox.Principal{Name: p.Name, Role: string(p.Role)}, ok
 		},
 		Events: http.HandlerFunc(s.handleEvents),
-		Decide: func(ctx context.Context, by, agent, id string, approve bool) (lineage.Verdict, error) {
+		Decide: func(ctx context.Context, by, agent, id, note string, approve bool) (lineage.Verdict, error) {
 			decide := s.rt.Reject
 			if approve {
 				decide = s.rt.Approve
 			}
-			return s.decideAs(ctx, Principal{Name: by}, agent, id, decide)
+			return s.decideAs(ctx, Principal{Name: by}, agent, id, note, decide)
 		},
 		Terminate: func(ctx context.Context, by, agent, note string) error {
 			if _, err := s.rt.Terminate(ctx, agent, runtime.Kill{By: by, Note: note}); err != nil {

@@ -45,6 +45,11 @@ type Config struct {
 	// CheckpointInterval is the least time between two checkpoints of one
 	// growing log (checkpoint.go); zero means DefaultCheckpointInterval.
 	CheckpointInterval time.Duration
+	// AgentRPS and AgentBurst are each agent token's request quota at this
+	// server (quota.go): zero means DefaultAgentRPS and DefaultAgentBurst,
+	// a negative AgentRPS no quota.
+	AgentRPS   float64
+	AgentBurst int
 }
 
 // MaxWait is the longest ?wait= on a request.
@@ -62,6 +67,7 @@ type Server struct {
 	log   *slog.Logger
 	hub   *hub
 	met   *metrics
+	quota *quotas
 	mux   *http.ServeMux
 	names sync.Map // agent id → genesis name (never changes)
 	ckpts signedLogs
@@ -80,7 +86,8 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, rt: cfg.Runtime, auth: auth, log: log, hub: newHub(), mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, rt: cfg.Runtime, auth: auth, log: log, hub: newHub(), mux: http.NewServeMux(),
+		quota: newQuotas(cfg.AgentRPS, cfg.AgentBurst)}
 	s.met = newMetrics(s)
 	for _, rt := range s.routes() {
 		s.mux.Handle(rt.pattern(), s.wrap(rt))
@@ -258,6 +265,13 @@ func (s *Server) authorize(r *http.Request, who access) (Principal, error) {
 	if !ok {
 		return Principal{}, newError(http.StatusUnauthorized, CodeUnauthorized, "the token is not known to this server")
 	}
+	if p.Role == RoleAgent {
+		// Every call of an agent's token counts, before anything is done.
+		if wait, ok := s.quota.take(p.Agent, time.Now()); !ok {
+			s.met.throttled.Inc()
+			return p, tooManyRequests(wait, s.quota)
+		}
+	}
 	agent := r.PathValue("agent")
 	if agent != "" && !agentIDPattern.MatchString(agent) {
 		return p, newError(http.StatusNotFound, CodeUnknownAgent, fmt.Sprintf("%q is not an agent id", agent))
@@ -284,6 +298,9 @@ func (s *Server) authorize(r *http.Request, who access) (Principal, error) {
 func writeError(w http.ResponseWriter, e *Error) {
 	if e.status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="lineage"`)
+	}
+	if e.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.retryAfter))
 	}
 	writeJSON(w, e.status, e)
 }
@@ -530,18 +547,33 @@ func (s *Server) getRequest(w http.ResponseWriter, r *http.Request, _ Principal)
 	return writeJSON(w, http.StatusOK, v)
 }
 
-// noBody refuses a body with any field: approve and reject take none (the
-// approver is the caller), so {"by": …} is an error, not ignored.
-func noBody(w http.ResponseWriter, r *http.Request) error {
+// pendingBody is the body approve and reject take (docs/approvals.md): an
+// optional note, nothing else. The approver is the caller, so {"by": …} is an
+// error, not ignored. Note stays raw so that null or a number is refused
+// rather than read as no note.
+type pendingBody struct {
+	Note json.RawMessage `json:"note"`
+}
+
+// noteOf reads approve's and reject's body, which may be absent or empty: the
+// note, "" for none.
+func noteOf(w http.ResponseWriter, r *http.Request) (string, error) {
 	if r.ContentLength == 0 {
-		return nil
+		return "", nil
 	}
-	var b struct{}
+	var b pendingBody
 	err := decodeBody(w, r, &b)
 	if err != nil && strings.HasPrefix(err.Error(), "the body is empty") {
-		return nil
+		return "", nil
 	}
-	return err
+	if err != nil || b.Note == nil {
+		return "", err
+	}
+	var note string
+	if b.Note[0] != '"' || json.Unmarshal(b.Note, &note) != nil {
+		return "", fmt.Errorf("/note: expected a string of at most %d characters, got %s", runtime.MaxNote, b.Note)
+	}
+	return note, runtime.CheckNote(note)
 }
 
 func (s *Server) approve(w http.ResponseWriter, r *http.Request, p Principal) error {
@@ -555,10 +587,11 @@ func (s *Server) reject(w http.ResponseWriter, r *http.Request, p Principal) err
 func (s *Server) decidePending(w http.ResponseWriter, r *http.Request, p Principal,
 	decide func(context.Context, string, runtime.Approval) (lineage.Verdict, error)) error {
 	agent, id := r.PathValue("agent"), r.PathValue("id")
-	if err := noBody(w, r); err != nil {
+	note, err := noteOf(w, r)
+	if err != nil {
 		return badRequest(err)
 	}
-	v, err := s.decideAs(r.Context(), p, agent, id, decide)
+	v, err := s.decideAs(r.Context(), p, agent, id, note, decide)
 	if err != nil {
 		return err
 	}
@@ -566,10 +599,10 @@ func (s *Server) decidePending(w http.ResponseWriter, r *http.Request, p Princip
 }
 
 // decideAs approves or rejects as p, then tells the streams and the waiters.
-func (s *Server) decideAs(ctx context.Context, p Principal, agent, id string,
+func (s *Server) decideAs(ctx context.Context, p Principal, agent, id, note string,
 	decide func(context.Context, string, runtime.Approval) (lineage.Verdict, error)) (lineage.Verdict, error) {
 	start := time.Now()
-	v, err := decide(ctx, agent, runtime.Approval{RequestID: id, By: p.Name})
+	v, err := decide(ctx, agent, runtime.Approval{RequestID: id, By: p.Name, Note: note})
 	if err != nil {
 		return v, err
 	}

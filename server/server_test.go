@@ -22,7 +22,8 @@ import (
 	"github.com/lineage-guard/lineage/server"
 )
 
-const testPolicy = `{"budget": 10, "tools": {
+// max_pending 100: the checkpoint tests grow logs with pending requests.
+const testPolicy = `{"budget": 10, "max_pending": 100, "tools": {
   "pay": {"cost": 1, "when": [{"expr": "args.amount <= 100", "reason": "too_much", "scar": "minor"}]},
   "wire": {"cost": 2, "requires_approval": true}}}`
 

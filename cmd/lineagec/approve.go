@@ -11,7 +11,8 @@ import (
 
 type approveParams struct {
 	*globalParams
-	by string
+	by   string
+	note string
 }
 
 func newApproveCmd(g *globalParams) *cobra.Command {
@@ -24,6 +25,8 @@ guard checks the policy again now (tool rule, rate limit, max_calls,
 constraints, budget): if everything still holds, the call is allowed, charged
 and counted; if not, it is denied with that check's reason and no scar.
 --by names the person or service approving; it cannot be the agent.
+--note (at most 256 characters) is kept in the approval record and shown to
+the agent with the verdict.
 
 It prints the verdict as one line of JSON.
 ` + exitCodesHelp + `
@@ -35,6 +38,7 @@ errors (not pending, already decided, terminated agent, …).`,
 		},
 	}
 	cmd.Flags().StringVar(&p.by, "by", "", "who approves (required)")
+	cmd.Flags().StringVar(&p.note, "note", "", "a note for the record and the agent (at most 256 characters)")
 	_ = cmd.MarkFlagRequired("by")
 	return cmd
 }
@@ -46,6 +50,8 @@ func newRejectCmd(g *globalParams) *cobra.Command {
 		Short: "Reject a pending request",
 		Long: `Reject denies a pending request with the reason approval_rejected and no
 scar. --by names the person or service rejecting; it cannot be the agent.
+--note (at most 256 characters) is kept in the approval record and shown to
+the agent with the verdict: say why, so that it can do better.
 
 It prints the verdict as one line of JSON.
 ` + exitCodesHelp + `
@@ -57,6 +63,7 @@ decided, terminated agent, …).`,
 		},
 	}
 	cmd.Flags().StringVar(&p.by, "by", "", "who rejects (required)")
+	cmd.Flags().StringVar(&p.note, "note", "", "why, for the record and the agent (at most 256 characters)")
 	_ = cmd.MarkFlagRequired("by")
 	return cmd
 }
@@ -75,14 +82,14 @@ func decidePending(ctx context.Context, p approveParams, args []string, approve 
 		if err != nil {
 			return err
 		}
-		return remoteDecide(ctx, c, agent, args[1], approve, stdout)
+		return remoteDecide(ctx, c, agent, args[1], p.note, approve, stdout)
 	}
 	s, err := openSession(p.globalParams, writeData)
 	if err != nil {
 		return err
 	}
 	defer s.close(stderr)
-	ap := runtime.Approval{RequestID: args[1], By: p.by}
+	ap := runtime.Approval{RequestID: args[1], By: p.by, Note: p.note}
 	decide := s.rt.Reject
 	if approve {
 		decide = s.rt.Approve

@@ -90,7 +90,7 @@ func openSharedSession(url string) (*session, error) {
 
 func newSession(where string, st store.Store) *session {
 	rt := runtime.Open(st, runtime.Options{
-		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
+		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) },
 	})
 	return &session{where: where, st: st, rt: rt}
 }

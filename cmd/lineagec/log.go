@@ -107,7 +107,7 @@ func damageOf(err error) (seq uint64, reason string, ok bool) {
 
 // compileLogged compiles a log's policy record again, as opening the agent
 // does, so that verify fails exactly when open does (docs/log.md).
-func compileLogged(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) }
+func compileLogged(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) }
 
 // readLog reads an agent's log from the store and verifies it: the records
 // and their stored lines up to the first bad one, and the error, if any (a

@@ -182,12 +182,12 @@ func remoteRequest(ctx context.Context, c *client.Client, agent string, req line
 	return verdictExit(v)
 }
 
-func remoteDecide(ctx context.Context, c *client.Client, agent, id string, approve bool, stdout io.Writer) error {
-	decide := c.Reject
+func remoteDecide(ctx context.Context, c *client.Client, agent, id, note string, approve bool, stdout io.Writer) error {
+	decide := c.RejectWithNote
 	if approve {
-		decide = c.Approve
+		decide = c.ApproveWithNote
 	}
-	v, err := decide(ctx, agent, id)
+	v, err := decide(ctx, agent, id, note)
 	if err != nil {
 		return remoteError(err)
 	}

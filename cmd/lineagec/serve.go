@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -37,6 +38,8 @@ type serveParams struct {
 	maxAgents int
 	idle      time.Duration
 	ckptKey   string // --checkpoint-key (serve_checkpoint.go)
+	agentRPS  float64
+	burst     int
 }
 
 func newServeCmd(g *globalParams) *cobra.Command {
@@ -59,6 +62,10 @@ several serve nodes may share (docs/stores.md): give each the same --store, the 
 server key and the same --auth. Agents unused for --agent-idle, and the least
 recently used beyond --max-agents, leave memory; their logs bring them back.
 
+Each agent's token may make --agent-rps calls a second (bursts of --agent-burst)
+at this node; over it the call is refused 429 too_many_requests with
+Retry-After and nothing is recorded. On a shared store each node counts its own.
+
 On SIGTERM or SIGINT it stops accepting, finishes the requests in flight, closes
 the store and exits 0. Request logs go to stderr (--log-format text|json).
 ` + exitCodesHelp,
@@ -77,6 +84,8 @@ the store and exits 0. Request logs go to stderr (--log-format text|json).
 	f.StringVar(&p.store, "store", "", "a shared store, postgres://… (default $LINEAGE_STORE; without one: the file store in --data)")
 	f.IntVar(&p.maxAgents, "max-agents", 10000, "agents kept in memory; the least recently used beyond it are unloaded (0: no bound)")
 	f.DurationVar(&p.idle, "agent-idle", 10*time.Minute, "unload agents unused for this long (0: never)")
+	f.Float64Var(&p.agentRPS, "agent-rps", server.DefaultAgentRPS, "calls a second each agent's token may make at this node; over it 429 too_many_requests (0: no quota)")
+	f.IntVar(&p.burst, "agent-burst", server.DefaultAgentBurst, "calls an agent's token may make at once above --agent-rps")
 	f.StringVar(&p.ckptKey, "checkpoint-key", "", "sign checkpoints with this private key (lineagec key generate): GET /v1/agents/{agent}/checkpoint and /proof/{seq}")
 	return cmd
 }
@@ -87,6 +96,13 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	}
 	if p.maxAgents < 0 || p.idle < 0 {
 		return errors.New("--max-agents and --agent-idle must not be negative")
+	}
+	if p.agentRPS < 0 || math.IsNaN(p.agentRPS) || math.IsInf(p.agentRPS, 0) || p.burst < 1 {
+		return errors.New("--agent-rps must be 0 (no quota) or more, --agent-burst 1 or more")
+	}
+	rps := p.agentRPS
+	if rps == 0 {
+		rps = -1 // server.Config: negative is no quota
 	}
 	if p.store == "" {
 		p.store = os.Getenv("LINEAGE_STORE")
@@ -167,12 +183,12 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	}
 	defer closeStore()
 	rt := runtime.Open(st, runtime.Options{
-		Compile:     func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
+		Compile:     func(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) },
 		MaxAgents:   p.maxAgents,
 		IdleTimeout: p.idle,
 	})
 	srv, err := server.New(server.Config{Runtime: rt, Principals: principals, Key: key,
-		Logger: slog.New(handler), SyncStats: syncStats, CheckpointSigner: signer})
+		Logger: slog.New(handler), SyncStats: syncStats, CheckpointSigner: signer, AgentRPS: rps, AgentBurst: p.burst})
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,7 @@ const (
 	reasonMaxCallsExceeded  = "max_calls_exceeded"
 	reasonInsufficientFunds = "insufficient_budget"
 	reasonApprovalRejected  = "approval_rejected"
+	reasonTooManyPending    = "too_many_pending"
 )
 
 // toolName is the pattern of docs/policy.md for tool names.
@@ -70,6 +71,7 @@ type Model struct {
 	budget      int64
 	scarLimit   int64
 	weights     map[lineage.Severity]int64
+	maxPending  int64         // 0: no limit (a policy recorded before max_pending)
 	maxActions  int64         // 0: no rate limit
 	window      time.Duration // only with a rate limit
 	windowInf   bool          // window_secs too large for a time.Duration: every allowed action counts
@@ -128,6 +130,12 @@ func New(agent string, p policy.Policy, at time.Time) (*Model, error) {
 		calls:   map[string]int64{},
 		ids:     map[string]*entry{},
 		pending: map[string]*entry{},
+	}
+	if p.MaxPending != nil {
+		if *p.MaxPending < 1 {
+			return nil, fmt.Errorf("model: /max_pending: %d < 1", *p.MaxPending)
+		}
+		m.maxPending = *p.MaxPending
 	}
 	if rl := p.RateLimit; rl != nil {
 		if rl.MaxActions < 1 || rl.WindowSecs < 1 {
@@ -267,6 +275,10 @@ func (m *Model) Request(req lineage.Request) (lineage.Verdict, error) {
 		if sev != "" {
 			v.Scar = &lineage.Scar{Severity: sev, Weight: m.weights[sev]}
 		}
+	case r.requiresApproval && m.maxPending > 0 && int64(len(m.pending)) >= m.maxPending:
+		// Step 8: the agent already has max_pending pending requests.
+		v.Decision, v.Reason = lineage.Deny, reasonTooManyPending
+		v.Scar = &lineage.Scar{Severity: lineage.Minor, Weight: m.weights[lineage.Minor]}
 	case r.requiresApproval:
 		v.Decision, v.Reason = lineage.Pending, reasonApprovalRequired
 	default:

@@ -232,7 +232,7 @@ func (o *Options) defaults() {
 	}
 }
 
-func compile(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) }
+func compile(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) }
 
 // Run measures everything Options asks for.
 func Run(ctx context.Context, o Options) (*Result, error) {

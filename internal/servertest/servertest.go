@@ -83,7 +83,7 @@ func Start(t testing.TB, opts ...Option) *Service {
 		s.Store, s.File = st, st
 	}
 	ropts := runtime.Options{
-		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
+		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) },
 	}
 	for _, edit := range o.runtime {
 		edit(&ropts)

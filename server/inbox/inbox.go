@@ -46,8 +46,9 @@ type Backend struct {
 	Authenticate func(token string) (Principal, bool)
 	// Events is the service's server-sent event stream.
 	Events http.Handler
-	// Decide approves (or rejects) a pending request as the principal named by.
-	Decide func(ctx context.Context, by, agent, id string, approve bool) (lineage.Verdict, error)
+	// Decide approves (or rejects) a pending request as the principal named by,
+	// with the approver's note ("" for none; docs/approvals.md).
+	Decide func(ctx context.Context, by, agent, id, note string, approve bool) (lineage.Verdict, error)
 	// Terminate is the kill switch, pulled by the principal named by.
 	Terminate func(ctx context.Context, by, agent, note string) error
 	// Verify is the service's verify of one agent's log.
@@ -419,7 +420,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // decide approves or rejects one request as the signed-in principal.
 func (in *Inbox) decide(w http.ResponseWriter, r *http.Request, s *session, approve bool) {
 	agent, id := r.PathValue("agent"), r.PathValue("id")
-	v, err := in.b.Decide(r.Context(), s.p.Name, agent, id, approve)
+	v, err := in.b.Decide(r.Context(), s.p.Name, agent, id, strings.TrimSpace(r.PostFormValue("note")), approve)
 	if err != nil {
 		in.failErr(w, r, err)
 		return

@@ -176,7 +176,7 @@ func (s *service) connect(t testing.TB, token string, upstream mcp.Transport, o 
 	}
 	h.proxy = p
 	st, ct := mcp.NewInMemoryTransports()
-	ss, err := p.Server().Connect(ctx, st, nil)
+	ss, err := p.Connect(ctx, st)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,9 @@ import (
 // BenchmarkToolsCall's processes when LINEAGE_MCP_BENCH_ROLE is
 // (bench_test.go).
 func TestMain(m *testing.M) {
+	if path := os.Getenv(rawUpstreamEnv); path != "" {
+		os.Exit(runRawUpstream(path, os.Getenv(upstreamLogEnv)))
+	}
 	if os.Getenv(upstreamEnv) != "" {
 		os.Exit(runTestUpstream())
 	}

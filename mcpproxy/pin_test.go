@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/mcpproxy"
 )
 
@@ -189,5 +190,45 @@ func TestPinsCoverTheWholeDefinition(t *testing.T) {
 	})
 	if st := svc.state(agent); st.Calls["echo"] != 1 || st.ScarScore != 0 {
 		t.Errorf("state: calls %v, scar score %d (the refusals are the proxy's: no request)", st.Calls, st.ScarScore)
+	}
+}
+
+// lineagec mcp pins prints a tool not annotated readOnlyHint: true with
+// requires_approval: true (D243 (pins printed to need approval)): the
+// fragment pasted as it is into a policy compiles and admits nothing that
+// may write for free.
+func TestWritePinsRequiresApproval(t *testing.T) {
+	dir := t.TempDir()
+	tools := filepath.Join(dir, "tools.json")
+	writeTools(t, tools, echoDef, otherDef,
+		`{"name": "write", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": false, "destructiveHint": true}}`)
+	defs, err := mcpproxy.ListDefinitions(context.Background(), rawUpstream(t, tools, ""), &mcp.Implementation{Name: "pins", Version: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := mcpproxy.WritePins(&b, defs); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, c := range []struct {
+		name     string
+		approval bool
+	}{{"echo", false}, {"other", true}, {"write", true}} {
+		i := strings.Index(out, `"`+c.name+`":`)
+		if i < 0 {
+			t.Fatalf("no rule for %s:\n%s", c.name, out)
+		}
+		rule := out[i:]
+		if j := strings.Index(rule[1:], "\n  \""); j >= 0 {
+			rule = rule[:j+1]
+		}
+		if got := strings.Contains(rule, "requires_approval: true"); got != c.approval {
+			t.Errorf("%s: requires_approval printed %v, want %v:\n%s", c.name, got, c.approval, rule)
+		}
+	}
+	policy := "budget: 10\n" + out
+	if _, err := compiler.Compile("pins.yaml", []byte(policy)); err != nil {
+		t.Fatalf("the printed fragment does not compile as a policy:\n%s\n%v", policy, err)
 	}
 }

@@ -317,3 +317,29 @@ func actionArgs(t *testing.T, svc *service, agent string, i int) (string, bool) 
 	}
 	return "", false
 }
+
+// A terminated agent's proxy lists no tools and says why on stderr (D244 (a
+// terminated agent's proxy lists nothing)); a call made anyway is denied by
+// the guard and never forwarded.
+func TestTerminatedAgentListsNothing(t *testing.T) {
+	svc := startService(t)
+	agent, tok := svc.agent(`{"budget": 10, "tools": {"echo": {"cost": 1}, "fail": {"cost": 0}}}`)
+	if _, err := svc.admin.Terminate(context.Background(), agent, "done"); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(t.TempDir(), "upstream.log")
+	h := svc.connect(t, tok, testUpstream(t, "Echoes its text.", log), proxyOpts{})
+	if got := h.toolNames(t); len(got) != 0 {
+		t.Fatalf("a terminated agent's tools = %v, want none", got)
+	}
+	if !strings.Contains(h.stderr.String(), "is terminated") || !strings.Contains(h.stderr.String(), agent) {
+		t.Errorf("stderr does not say why: %q", h.stderr.String())
+	}
+	res := h.call(t, "echo", map[string]any{"text": "x"})
+	if v := verdictOf(t, res); !res.IsError || v.Reason != "terminated" {
+		t.Fatalf("echo: %+v %q", v, text(res))
+	}
+	if got := lines(t, log); len(got) != 0 {
+		t.Fatalf("the upstream got %v", got)
+	}
+}

@@ -3,6 +3,7 @@ package mcpproxy_test
 import (
 	"context"
 	"encoding/json"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -54,11 +55,24 @@ func writeTools(t *testing.T, path string, defs ...string) {
 // each definition's JSON as sent, before any SDK decodes it.
 func rawHostTools(t *testing.T, p *mcpproxy.Proxy) map[string]json.RawMessage {
 	t.Helper()
-	ctx := context.Background()
 	st, ct := mcp.NewInMemoryTransports()
-	if _, err := p.Connect(ctx, st); err != nil {
+	if _, err := p.Connect(context.Background(), st); err != nil {
 		t.Fatal(err)
 	}
+	return rawToolsOver(t, ct)
+}
+
+// rawHTTPTools is rawHostTools for a host of the proxy's streamable HTTP handler.
+func rawHTTPTools(t *testing.T, p *mcpproxy.Proxy) map[string]json.RawMessage {
+	t.Helper()
+	srv := httptest.NewServer(p.Handler())
+	defer srv.Close()
+	return rawToolsOver(t, &mcp.StreamableClientTransport{Endpoint: srv.URL})
+}
+
+func rawToolsOver(t *testing.T, ct mcp.Transport) map[string]json.RawMessage {
+	t.Helper()
+	ctx := context.Background()
 	conn, err := ct.Connect(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -134,6 +148,9 @@ func TestPinsCoverTheWholeDefinition(t *testing.T) {
 	}
 	if d, err := mcpproxy.Digest(sent["echo"]); err != nil || d != pin {
 		t.Fatalf("the digest of what the host was sent is %s, the pin %s (%v)", d, pin, err)
+	}
+	if got := string(rawHTTPTools(t, h.proxy)["echo"]); got != string(wantSent) {
+		t.Fatalf("a host over streamable HTTP was sent\n%s\nnot the definition pinned\n%s", got, wantSent)
 	}
 	if res := h.call(t, "echo", map[string]any{"text": "one"}); res.IsError {
 		t.Fatalf("echo under its pin: %s", text(res))

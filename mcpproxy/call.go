@@ -117,6 +117,9 @@ func (p *Proxy) call(ctx context.Context, req *mcp.CallToolRequest) (mcp.Result,
 		}
 		return p.forward(ctx, req, forwarded)
 	default:
+		if v.Terminated != "" || v.Reason == "terminated" {
+			p.agentTerminated(string(v.Terminated))
+		}
 		if recorded {
 			if err := p.calls.drop(key, id); err != nil {
 				p.report("forgetting the open call %s: %v", id, err)

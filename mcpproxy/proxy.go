@@ -322,6 +322,30 @@ func (p *Proxy) syncTools(ctx context.Context, up *mcp.ClientSession) error {
 	return nil
 }
 
+// agentTerminated hides every tool once the guard says the agent is
+// terminated (D244 (a terminated agent's proxy lists nothing)); the SDK
+// tells the host its list changed.
+func (p *Proxy) agentTerminated(why string) {
+	if why == "" {
+		why = "terminated"
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.terminated != "" {
+		return
+	}
+	p.terminated = why
+	p.report("agent %s is terminated (%s): the proxy lists no tools any more, and the guard denies every call", p.agent, why)
+	var gone []string
+	for name := range p.visible {
+		gone = append(gone, name)
+	}
+	p.visible = map[string]bool{}
+	if len(gone) > 0 {
+		p.server.RemoveTools(gone...)
+	}
+}
+
 // addTool shows an upstream tool downstream as it is; the handler is never
 // called (intercept answers every tools/call). The SDK panics on a tool
 // without an object input schema: that tool is hidden instead.

@@ -234,6 +234,9 @@ func (hc *hostConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	return hc.Connection.Write(ctx, msg)
 }
 
+// maxHostBody bounds a host's HTTP message (the handler reads it whole).
+const maxHostBody = 8 << 20
+
 // Handler serves the proxy over streamable HTTP (one session per host), its
 // tools/list results carrying the definitions as pinned: the body of a
 // tools/list POST is read whole and its response rewritten.
@@ -244,9 +247,13 @@ func (p *Proxy) Handler() http.Handler {
 			inner.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxHostBody+1))
 		if err != nil {
 			http.Error(w, "reading the request body", http.StatusBadRequest)
+			return
+		}
+		if len(body) > maxHostBody {
+			http.Error(w, "the request body is over 8 MiB", http.StatusRequestEntityTooLarge)
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -139,7 +140,7 @@ func TestPinsCoverTheWholeDefinition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent, tok := svc.agent(`{"budget": 100, "tools": {"echo": {"cost": 1, "pin": "` + pin + `"}, "other": {"cost": 1}}}`)
+	agent, tok := svc.agent(`{"budget": 100, "tools": {"echo": {"cost": 1, "pin": "` + pin + `"}, "other": {"cost": 1}, "relist": {"cost": 0}}}`)
 
 	h := svc.connect(t, tok, rawUpstream(t, tools, log), proxyOpts{})
 	sent := rawHostTools(t, h.proxy)
@@ -203,6 +204,33 @@ func TestPinsCoverTheWholeDefinition(t *testing.T) {
 		}
 		if got := lines(t, log); len(got) != 1 {
 			t.Fatalf("the upstream got %v after echo was no longer listed", got)
+		}
+	})
+	t.Run("no longer listed mid-session", func(t *testing.T) {
+		relist := `{"name": "relist", "inputSchema": {"type": "object"}}`
+		writeTools(t, tools, echoDef, otherDef, relist)
+		h := svc.connect(t, tok, rawUpstream(t, tools, log), proxyOpts{})
+		defer h.close()
+		if got := h.toolNames(t); !slices.Contains(got, "echo") {
+			t.Fatalf("tools = %v, want echo among them", got)
+		}
+		writeTools(t, tools, otherDef, relist)
+		if res := h.call(t, "relist", nil); res.IsError {
+			t.Fatalf("relist: %s", text(res))
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for slices.Contains(h.toolNames(t), "echo") {
+			if time.Now().After(deadline) {
+				t.Fatal("echo is still listed after the upstream dropped it")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		res := h.call(t, "echo", map[string]any{"text": "four"})
+		if !res.IsError || refusalOf(res) != mcpproxy.ReasonUnavailable {
+			t.Fatalf("echo dropped mid-session: isError %v, refusal %q: %s", res.IsError, refusalOf(res), text(res))
+		}
+		if got := lines(t, log); len(got) != 2 { // the first echo and relist
+			t.Fatalf("the upstream got %v", got)
 		}
 	})
 	if st := svc.state(agent); st.Calls["echo"] != 1 || st.ScarScore != 0 {

@@ -82,7 +82,8 @@ func testUpstream(t testing.TB, desc, logPath string) *mcp.CommandTransport {
 // whose tools/list answers with the JSON array in that file, read anew on
 // each list, exactly as written: members the SDK's Tool does not know
 // included. Each tools/call appends its arguments, as received, to
-// $LINEAGE_MCP_TEST_LOG.
+// $LINEAGE_MCP_TEST_LOG; a call of the tool "relist" is preceded by
+// notifications/tools/list_changed.
 const rawUpstreamEnv = "LINEAGE_MCP_TEST_RAW_TOOLS"
 
 func runRawUpstream(toolsPath, logPath string) int {
@@ -106,6 +107,7 @@ func runRawUpstream(toolsPath, logPath string) int {
 			Method string          `json:"method"`
 			Params struct {
 				ProtocolVersion string          `json:"protocolVersion"`
+				Name            string          `json:"name"`
 				Arguments       json.RawMessage `json:"arguments"`
 			} `json:"params"`
 		}
@@ -127,6 +129,9 @@ func runRawUpstream(toolsPath, logPath string) int {
 			}
 			reply(req.ID, map[string]any{"tools": json.RawMessage(tools)}, nil)
 		case "tools/call":
+			if req.Params.Name == "relist" { // the tools file changed: say so
+				out.WriteString(`{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}` + "\n")
+			}
 			if f, err := os.OpenFile(logPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
 				fmt.Fprintf(f, "%s\n", req.Params.Arguments)
 				f.Close()

@@ -114,6 +114,7 @@ func parseExtension(e *extension) diag.List {
 		}
 	}
 	e.forbidden = forbiddenUses(m)
+	out = append(out, hostTimeUses(e)...)
 	sortByModuleLocation(out)
 	return out
 }
@@ -203,4 +204,40 @@ func (e *extension) forbiddenOnLine(loc *ast.Location) bool {
 		}
 	}
 	return false
+}
+
+// hostTimeUses reports the time builtins a module calls with a zone other
+// than "UTC", or a parse layout with a zone abbreviation, written in the
+// module (D240 (time builtins in UTC only)). A zone or layout computed at
+// run time is refused then (lineagerego's check: extension_error).
+func hostTimeUses(e *extension) diag.List {
+	var out diag.List
+	check := func(op *ast.Term, args []*ast.Term, loc *ast.Location) {
+		ref, ok := op.Value.(ast.Ref)
+		if !ok {
+			return
+		}
+		for i, a := range args {
+			if why := lineagerego.HostTimeUse(ref.String(), i, a.Value); why != "" {
+				if a.Location != nil {
+					loc = a.Location
+				}
+				out = append(out, e.at(diag.CodeRegoBuiltin, loc, why))
+			}
+		}
+	}
+	ast.NewGenericVisitor(func(x any) bool {
+		switch x := x.(type) {
+		case *ast.Expr:
+			if x.IsCall() {
+				check(x.OperatorTerm(), x.Operands(), x.Location)
+			}
+		case ast.Call:
+			if len(x) > 0 {
+				check(x[0], x[1:], x[0].Location)
+			}
+		}
+		return false
+	}).Walk(e.module)
+	return out
 }

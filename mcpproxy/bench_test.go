@@ -202,12 +202,12 @@ func runBenchRole(role string) int {
 		}
 		var p *mcpproxy.Proxy
 		if p, err = mcpproxy.New(ctx, mcpproxy.Config{Guard: guard, Upstream: ct, StateDir: os.Getenv(benchStateEnv), Stderr: os.Stderr}); err == nil {
-			srv = p.Server()
+			err = p.Run(ctx, &mcp.StdioTransport{}) // srv stays nil: served here
 		}
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
-	if err == nil {
+	if err == nil && srv != nil {
 		err = srv.Run(ctx, &mcp.StdioTransport{})
 	}
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
+	"github.com/lineage-guard/lineage/internal/canon"
 )
 
 // Meta keys of the results the proxy writes itself.
@@ -35,6 +36,7 @@ const (
 	ReasonGuardUnavailable  = "guard_unavailable"
 	ReasonMalformed         = "malformed_request"
 	ReasonAlreadyForwarded  = "already_forwarded"
+	ReasonUnavailable       = "tool_unavailable"
 	// ReasonTooManyRequests: the agent's token is over its request quota at
 	// the service (429, docs/service.md): nothing was recorded or forwarded.
 	ReasonTooManyRequests = "too_many_requests"
@@ -63,6 +65,23 @@ func (p *Proxy) call(ctx context.Context, req *mcp.CallToolRequest) (mcp.Result,
 		return refusal(ReasonDefinitionChanged, fmt.Sprintf(
 			"lineage refused the call to %q without forwarding it: the tool's definition on the upstream server (%s) is not the one the policy pins (%s), so it may have been altered; do not call it until a person has reviewed it and updated the pin.",
 			name, digest, p.rules.tools[name]), map[string]any{"tool": name, "digest": digest, "pin": p.rules.tools[name]}), nil
+	}
+	p.mu.Lock()
+	_, listed := p.tools[name]
+	p.mu.Unlock()
+	if pin := p.rules.tools[name]; pin != "" && !listed {
+		p.report("refused a call to %q: the upstream no longer lists this pinned tool", name)
+		return refusal(ReasonUnavailable, fmt.Sprintf(
+			"lineage refused the call to %q without forwarding it: the upstream server no longer lists this tool, so the definition the policy pins (%s) cannot be checked; nothing was done. Do not call it again unless it is listed again.",
+			name, pin), map[string]any{"tool": name, "pin": pin}), nil
+	}
+	// What the upstream gets: the args as the action record holds them, the
+	// RFC 8785 canonical JSON of the args the service decides (D242 (the
+	// upstream gets the record's args bytes)).
+	forwarded, err := recordArgs(args)
+	if err != nil {
+		return refusal(ReasonMalformed, fmt.Sprintf("lineage refused the call to %q as malformed, and did not record or forward it: %v.", name, err),
+			map[string]any{"tool": name, "message": err.Error()}), nil
 	}
 	key := callKey(name, canon)
 	id, recorded, v, err, local := p.begin(ctx, key, name, args)
@@ -99,8 +118,11 @@ func (p *Proxy) call(ctx context.Context, req *mcp.CallToolRequest) (mcp.Result,
 				"The approved request %s for %q was forwarded by another call with the same arguments; this call was not forwarded again. Call it again to make a new request.",
 				id, name), map[string]any{"tool": name, "request_id": id}), nil
 		}
-		return p.forward(ctx, req, canon)
+		return p.forward(ctx, req, forwarded)
 	default:
+		if v.Terminated != "" || v.Reason == "terminated" {
+			p.agentTerminated(string(v.Terminated))
+		}
 		if recorded {
 			if err := p.calls.drop(key, id); err != nil {
 				p.report("forgetting the open call %s: %v", id, err)
@@ -173,9 +195,8 @@ func (p *Proxy) wait(ctx context.Context, req *mcp.CallToolRequest, id string, v
 	return v, nil
 }
 
-// forward calls the upstream with the arguments as decided (their canonical
-// encoding, the bytes the args the service decided on encode to: D111, D162)
-// and returns its result unchanged; the upstream's progress goes to the host.
+// forward calls the upstream with the arguments as decided (the action
+// record's args bytes, recordArgs) and returns its result unchanged; the upstream's progress goes to the host.
 func (p *Proxy) forward(ctx context.Context, req *mcp.CallToolRequest, canon []byte) (mcp.Result, error) {
 	params := &mcp.CallToolParams{Name: req.Params.Name, Arguments: json.RawMessage(canon)}
 	if token := req.Params.GetProgressToken(); token != nil && req.Session != nil {
@@ -306,6 +327,24 @@ func decodeArgs(raw json.RawMessage) (map[string]any, []byte, error) {
 		return nil, nil, fmt.Errorf("arguments: %w", err)
 	}
 	return args, canon, nil
+}
+
+// recordArgs are the bytes of args as the service's action record holds
+// them: the RFC 8785 canonical JSON (canon.Transform, the runtime's own) of
+// the very args sent to the service.
+func recordArgs(args map[string]any) ([]byte, error) {
+	if args == nil {
+		return []byte("{}"), nil
+	}
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, fmt.Errorf("arguments: %w", err)
+	}
+	out, err := canon.Transform(raw)
+	if err != nil {
+		return nil, fmt.Errorf("arguments: %w", err)
+	}
+	return out, nil
 }
 
 // callKey names a call by its tool and canonical args (decision D111).

@@ -28,6 +28,9 @@ import (
 // BenchmarkToolsCall's processes when LINEAGE_MCP_BENCH_ROLE is
 // (bench_test.go).
 func TestMain(m *testing.M) {
+	if path := os.Getenv(rawUpstreamEnv); path != "" {
+		os.Exit(runRawUpstream(path, os.Getenv(upstreamLogEnv)))
+	}
 	if os.Getenv(upstreamEnv) != "" {
 		os.Exit(runTestUpstream())
 	}
@@ -176,7 +179,7 @@ func (s *service) connect(t testing.TB, token string, upstream mcp.Transport, o 
 	}
 	h.proxy = p
 	st, ct := mcp.NewInMemoryTransports()
-	ss, err := p.Server().Connect(ctx, st, nil)
+	ss, err := p.Connect(ctx, st)
 	if err != nil {
 		t.Fatal(err)
 	}

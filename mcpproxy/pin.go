@@ -1,6 +1,8 @@
 package mcpproxy
 
 import (
+	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -9,46 +11,93 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gowebpki/jcs"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/lineage-guard/lineage/internal/canon"
 )
 
-// Digest is the pin of an MCP tool definition (docs/policy.md, docs/mcp.md): "sha256:" and
-// the hex SHA-256 of the RFC 8785 canonical JSON of the tool's {name,
-// description, inputSchema, annotations}, as the Go SDK decodes them from the
-// upstream (decision D113: an absent description is "", absent annotations are
-// left out, absent boolean hints are false).
-func Digest(t *mcp.Tool) (string, error) {
-	def := map[string]any{"name": t.Name, "description": t.Description, "inputSchema": t.InputSchema}
-	if t.Annotations != nil {
-		def["annotations"] = t.Annotations
-	}
-	raw, err := json.Marshal(def)
-	if err != nil {
-		return "", fmt.Errorf("mcpproxy: tool %q: encoding its definition: %w", t.Name, err)
-	}
-	canon, err := jcs.Transform(raw)
-	if err != nil {
-		return "", fmt.Errorf("mcpproxy: tool %q: canonical JSON of its definition: %w", t.Name, err)
-	}
-	sum := sha256.Sum256(canon)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+// Definition is one tool as the upstream listed it: its name, and every
+// member it sent (Raw, the JSON object as received; the proxy never decodes
+// it into a struct that would drop what it does not know).
+type Definition struct {
+	Name string
+	Raw  json.RawMessage
 }
 
-// WritePins prints each tool's digest as a YAML policy fragment to paste
-// under a policy's tools (cost 0 until the author sets one).
-func WritePins(w io.Writer, tools []*mcp.Tool) error {
-	sorted := append([]*mcp.Tool(nil), tools...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+// Pin is a tool definition's pin (docs/mcp.md, D241 (pins over the whole
+// definition)): "sha256:" and the hex SHA-256 of the RFC 8785 canonical JSON
+// of the whole definition, and that canonical JSON, which is what the host
+// is sent. The one place the proxy computes a digest.
+func Pin(def json.RawMessage) (digest string, canonical []byte, err error) {
+	c, err := canon.Transform(def)
+	if err != nil {
+		return "", nil, fmt.Errorf("canonical JSON of the tool's definition: %w", err)
+	}
+	sum := sha256.Sum256(c)
+	return "sha256:" + hex.EncodeToString(sum[:]), c, nil
+}
+
+// Digest is the pin of a definition (Pin without the canonical JSON).
+func Digest(def json.RawMessage) (string, error) {
+	d, _, err := Pin(def)
+	return d, err
+}
+
+// ListDefinitions connects to an MCP server, lists its tools and returns
+// each tool's definition as the server sent it, sorted by name.
+func ListDefinitions(ctx context.Context, t mcp.Transport, client *mcp.Implementation) ([]Definition, error) {
+	capture := newToolCapture()
+	cs, err := mcp.NewClient(client, nil).Connect(ctx, capture.wrap(t), nil)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the MCP server: %w", err)
+	}
+	defer cs.Close()
+	capture.reset()
+	var defs []Definition
+	for tool, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			return nil, fmt.Errorf("listing the MCP server's tools: %w", err)
+		}
+		raw, ok := capture.definition(tool.Name)
+		if !ok {
+			return nil, fmt.Errorf("tool %q: the server's list holds no definition named exactly so", tool.Name)
+		}
+		defs = append(defs, Definition{Name: tool.Name, Raw: raw})
+	}
+	sort.Slice(defs, func(i, j int) bool { return defs[i].Name < defs[j].Name })
+	return defs, nil
+}
+
+// readOnly reports whether a definition carries annotations.readOnlyHint: true.
+func readOnly(def json.RawMessage) bool {
+	var d struct {
+		Annotations map[string]json.RawMessage `json:"annotations"`
+	}
+	if err := json.Unmarshal(def, &d); err != nil {
+		return false
+	}
+	return bytes.Equal(bytes.TrimSpace(d.Annotations["readOnlyHint"]), []byte("true"))
+}
+
+// WritePins prints each tool's pin as a YAML policy fragment to paste under
+// a policy's tools. Every tool is at cost 0 until the author sets one, and a
+// tool not annotated readOnlyHint: true needs a person's approval until the
+// author decides otherwise (D243 (pins printed to need approval)): pasted as
+// is, the fragment admits nothing that writes for free.
+func WritePins(w io.Writer, defs []Definition) error {
 	var b strings.Builder
 	b.WriteString("tools:\n")
-	for _, t := range sorted {
-		d, err := Digest(t)
+	for _, d := range defs {
+		pin, err := Digest(d.Raw)
 		if err != nil {
-			return err
+			return fmt.Errorf("tool %q: %w", d.Name, err)
 		}
-		name, _ := json.Marshal(t.Name)
-		fmt.Fprintf(&b, "  %s:\n    cost: 0\n    pin: %q\n", name, d)
+		name, _ := json.Marshal(d.Name)
+		fmt.Fprintf(&b, "  %s:\n    cost: 0\n", name)
+		if !readOnly(d.Raw) {
+			b.WriteString("    requires_approval: true # not annotated read-only\n")
+		}
+		fmt.Fprintf(&b, "    pin: %q\n", pin)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

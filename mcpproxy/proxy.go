@@ -9,6 +9,7 @@
 package mcpproxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/internal/gogc"
 )
@@ -33,7 +35,7 @@ const Version = "0.1.0"
 const progressLinger = 2 * time.Second
 
 // DefaultApprovalWait is how long a pending call waits for its decision (§11).
-const DefaultApprovalWait = 60 * time.Second
+const DefaultApprovalWait = 50 * time.Second
 
 // GCPercent is the garbage collector's target percentage for a process that
 // serves a proxy (decision D163). The SDK allocates a 32 KiB buffer for each
@@ -82,6 +84,16 @@ type Proxy struct {
 	tools   map[string]*mcp.Tool // upstream tools by name, as last listed
 	visible map[string]bool      // names shown downstream
 	changed map[string]string    // pinned tools whose definition differs: name → its digest now
+	// sent are the definitions the host is sent, by name: the canonical
+	// JSON of everything the upstream listed for the tool, as pinned
+	// (D241 (pins over the whole definition)).
+	sent map[string]json.RawMessage
+	// capture reads the definitions off the upstream connection.
+	capture *toolCapture
+	// terminated is why the agent was terminated when the proxy started
+	// ("" if it was not): it then lists no tools (D244 (a terminated
+	// agent's proxy lists nothing)).
+	terminated string
 
 	progMu   sync.Mutex
 	progress map[string]progressRoute // upstream progress token → the host's
@@ -151,15 +163,26 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		}
 		dir = filepath.Join(cache, "lineage", "mcp")
 	}
+	st, err := cfg.Guard.State(ctx, who.Agent)
+	if err != nil {
+		return nil, fmt.Errorf("mcpproxy: reading agent %s's state: %w", who.Agent, err)
+	}
 	calls, err := newOpenCalls(dir, who.Agent)
 	if err != nil {
 		return nil, err
 	}
 	p := &Proxy{cfg: cfg, agent: who.Agent, rules: r, calls: calls, errw: cfg.Stderr,
 		tools: map[string]*mcp.Tool{}, visible: map[string]bool{}, changed: map[string]string{},
-		progress: map[string]progressRoute{}}
+		sent: map[string]json.RawMessage{}, capture: newToolCapture(), progress: map[string]progressRoute{}}
 	if p.errw == nil {
 		p.errw = io.Discard
+	}
+	if st.Status == lineage.Terminated {
+		p.terminated = string(st.Termination)
+		if p.terminated == "" {
+			p.terminated = "terminated"
+		}
+		p.report("agent %s is terminated (%s): the proxy lists no tools, and the guard denies every call", who.Agent, p.terminated)
 	}
 	p.server = mcp.NewServer(&mcp.Implementation{Name: "lineage-mcp", Version: Version}, &mcp.ServerOptions{
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
@@ -181,7 +204,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		},
 		ProgressNotificationHandler: p.relayProgress,
 	})
-	p.up, err = cl.Connect(ctx, cfg.Upstream, nil)
+	p.up, err = cl.Connect(ctx, p.capture.wrap(cfg.Upstream), nil)
 	if err != nil {
 		return nil, fmt.Errorf("mcpproxy: connecting to the upstream MCP server: %w", err)
 	}
@@ -225,6 +248,7 @@ func (p *Proxy) syncTools(ctx context.Context, up *mcp.ClientSession) error {
 	p.syncMu.Lock()
 	defer p.syncMu.Unlock()
 	fresh := map[string]*mcp.Tool{}
+	p.capture.reset()
 	for t, err := range up.Tools(ctx, nil) {
 		if err != nil {
 			return fmt.Errorf("mcpproxy: listing the upstream's tools: %w", err)
@@ -241,11 +265,28 @@ func (p *Proxy) syncTools(ctx context.Context, up *mcp.ClientSession) error {
 		}
 	}
 	changed := map[string]string{}
+	sent := map[string]json.RawMessage{}
 	for name, t := range fresh {
-		show := p.rules.admits(name)
+		show := p.rules.admits(name) && p.terminated == ""
+		raw, ok := p.capture.definition(name)
+		var d string
+		var def []byte
+		var err error
+		if ok {
+			d, def, err = Pin(raw)
+		}
+		if !ok || err != nil {
+			if show {
+				why := "its list holds no definition named exactly so"
+				if err != nil {
+					why = err.Error()
+				}
+				p.report("tool %q: hidden: the proxy could not read its definition as the upstream sent it (%s)", name, why)
+			}
+			show = false
+		}
 		if pin := p.rules.tools[name]; pin != "" {
-			d, err := Digest(t)
-			if err != nil || d != pin {
+			if !ok || err != nil || d != pin {
 				changed[name] = d
 				show = false
 				if _, known := p.changed[name]; !known {
@@ -260,7 +301,8 @@ func (p *Proxy) syncTools(ctx context.Context, up *mcp.ClientSession) error {
 			}
 			continue
 		}
-		if old := p.tools[name]; p.visible[name] && old != nil && sameTool(old, t) {
+		sent[name] = def
+		if p.visible[name] && bytes.Equal(p.sent[name], def) {
 			continue
 		}
 		if err := addTool(p.server, t); err != nil {
@@ -276,8 +318,32 @@ func (p *Proxy) syncTools(ctx context.Context, up *mcp.ClientSession) error {
 	if len(gone) > 0 {
 		p.server.RemoveTools(gone...)
 	}
-	p.tools, p.changed = fresh, changed
+	p.tools, p.changed, p.sent = fresh, changed, sent
 	return nil
+}
+
+// agentTerminated hides every tool once the guard says the agent is
+// terminated (D244 (a terminated agent's proxy lists nothing)); the SDK
+// tells the host its list changed.
+func (p *Proxy) agentTerminated(why string) {
+	if why == "" {
+		why = "terminated"
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.terminated != "" {
+		return
+	}
+	p.terminated = why
+	p.report("agent %s is terminated (%s): the proxy lists no tools any more, and the guard denies every call", p.agent, why)
+	var gone []string
+	for name := range p.visible {
+		gone = append(gone, name)
+	}
+	p.visible = map[string]bool{}
+	if len(gone) > 0 {
+		p.server.RemoveTools(gone...)
+	}
 }
 
 // addTool shows an upstream tool downstream as it is; the handler is never
@@ -293,12 +359,6 @@ func addTool(s *mcp.Server, t *mcp.Tool) (err error) {
 		return nil, errors.New("mcpproxy: unreachable tool handler")
 	})
 	return nil
-}
-
-func sameTool(a, b *mcp.Tool) bool {
-	x, err1 := json.Marshal(a)
-	y, err2 := json.Marshal(b)
-	return err1 == nil && err2 == nil && string(x) == string(y)
 }
 
 // intercept answers every tools/call itself (hidden tools included, which the

@@ -19,26 +19,26 @@ import (
 // pinOf lists the tests' upstream with description desc and returns echo's digest.
 func pinOf(t *testing.T, desc string) string {
 	t.Helper()
-	ctx := context.Background()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "pins", Version: "1"}, nil).Connect(ctx, testUpstream(t, desc, ""), nil)
+	return pinIn(t, testUpstream(t, desc, ""), "echo")
+}
+
+// pinIn lists an upstream and returns the digest of its tool name.
+func pinIn(t *testing.T, up mcp.Transport, name string) string {
+	t.Helper()
+	defs, err := mcpproxy.ListDefinitions(context.Background(), up, &mcp.Implementation{Name: "pins", Version: "1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cs.Close()
-	res, err := cs.ListTools(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tool := range res.Tools {
-		if tool.Name == "echo" {
-			d, err := mcpproxy.Digest(tool)
+	for _, d := range defs {
+		if d.Name == name {
+			pin, err := mcpproxy.Digest(d.Raw)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return d
+			return pin
 		}
 	}
-	t.Fatal("the test upstream has no echo")
+	t.Fatalf("the upstream has no %s", name)
 	return ""
 }
 
@@ -255,15 +255,91 @@ func TestForwardsTheDecidedArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := svc.connect(t, tok, ct, proxyOpts{})
-	res, err := h.CallTool(ctx, &mcp.CallToolParams{Name: "echo",
-		Arguments: json.RawMessage(`{"text": "first", "n": 1.50, "text": "second"}`)})
-	if err != nil || res.IsError {
-		t.Fatalf("echo: %v %q", err, text(res))
+	// A duplicate member, a number written two ways, and numbers a double
+	// does not hold as written (issue 18): whatever the service records is
+	// what the upstream gets, or nothing reaches it.
+	for i, args := range []string{
+		`{"text": "first", "n": 1.50, "text": "second"}`,
+		`{"amount": 100.000000000000001, "to": "x", "memo": 1e-400}`,
+		`{"big": 12345678901234567890, "e": 1E2}`,
+	} {
+		res, err := h.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: json.RawMessage(args)})
+		if err != nil {
+			t.Fatalf("echo %s: %v", args, err)
+		}
+		recorded, ok := actionArgs(t, svc, agent, i)
+		if res.IsError {
+			if ok {
+				t.Fatalf("echo %s: refused (%s), yet the service recorded it", args, text(res))
+			}
+			select {
+			case a := <-got:
+				t.Fatalf("echo %s: refused, yet the upstream got %s", args, a)
+			default:
+			}
+			continue
+		}
+		if !ok {
+			t.Fatalf("echo %s: forwarded without an action record", args)
+		}
+		if a := <-got; a != recorded {
+			t.Fatalf("echo %s: the upstream got %s; the action record holds %s", args, a, recorded)
+		}
 	}
-	if args := <-got; args != `{"n":1.50,"text":"second"}` {
-		t.Fatalf("the upstream got %s; want the decided args, canonically encoded", args)
+}
+
+// actionArgs is the args of the agent's i-th action record (from 0), as
+// the log holds them.
+func actionArgs(t *testing.T, svc *service, agent string, i int) (string, bool) {
+	t.Helper()
+	raw, err := svc.admin.Log(context.Background(), agent, 0)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if st := svc.state(agent); st.Remaining != 9 {
-		t.Fatalf("remaining = %d, want 9", st.Remaining)
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var rec struct {
+			Kind string `json:"kind"`
+			Body struct {
+				Request map[string]json.RawMessage `json:"request"`
+			} `json:"body"`
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Kind != "action" {
+			continue
+		}
+		if n == i {
+			return string(rec.Body.Request["args"]), true
+		}
+		n++
+	}
+	return "", false
+}
+
+// A terminated agent's proxy lists no tools and says why on stderr (D244 (a
+// terminated agent's proxy lists nothing)); a call made anyway is denied by
+// the guard and never forwarded.
+func TestTerminatedAgentListsNothing(t *testing.T) {
+	svc := startService(t)
+	agent, tok := svc.agent(`{"budget": 10, "tools": {"echo": {"cost": 1}, "fail": {"cost": 0}}}`)
+	if _, err := svc.admin.Terminate(context.Background(), agent, "done"); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(t.TempDir(), "upstream.log")
+	h := svc.connect(t, tok, testUpstream(t, "Echoes its text.", log), proxyOpts{})
+	if got := h.toolNames(t); len(got) != 0 {
+		t.Fatalf("a terminated agent's tools = %v, want none", got)
+	}
+	if !strings.Contains(h.stderr.String(), "is terminated") || !strings.Contains(h.stderr.String(), agent) {
+		t.Errorf("stderr does not say why: %q", h.stderr.String())
+	}
+	res := h.call(t, "echo", map[string]any{"text": "x"})
+	if v := verdictOf(t, res); !res.IsError || v.Reason != "terminated" {
+		t.Fatalf("echo: %+v %q", v, text(res))
+	}
+	if got := lines(t, log); len(got) != 0 {
+		t.Fatalf("the upstream got %v", got)
 	}
 }

@@ -265,6 +265,10 @@ func TestFilesystemTerminatedMidSession(t *testing.T) {
 	if _, err := os.Stat(target); !os.IsNotExist(err) {
 		t.Errorf("a call of a terminated agent wrote")
 	}
+	// The guard said terminated: the host is shown no tools any more (D244).
+	if got := h.toolNames(t); len(got) != 0 {
+		t.Errorf("tools after the kill = %v, want none", got)
+	}
 }
 
 const everythingPolicy = `{"budget": 100, "scar_limit": 5, "tools": {

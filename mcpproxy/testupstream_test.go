@@ -1,7 +1,9 @@
 package mcpproxy_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -72,6 +74,86 @@ func testUpstream(t testing.TB, desc, logPath string) *mcp.CommandTransport {
 	}
 	c := exec.Command(exe, "-test.run=^$")
 	c.Env = append(os.Environ(), upstreamEnv+"="+desc, upstreamLogEnv+"="+logPath)
+	c.Stderr = testWriter{t}
+	return &mcp.CommandTransport{Command: c}
+}
+
+// rawUpstreamEnv makes the test binary a bare JSON-RPC MCP server on stdio
+// whose tools/list answers with the JSON array in that file, read anew on
+// each list, exactly as written: members the SDK's Tool does not know
+// included. Each tools/call appends its arguments, as received, to
+// $LINEAGE_MCP_TEST_LOG; a call of the tool "relist" is preceded by
+// notifications/tools/list_changed.
+const rawUpstreamEnv = "LINEAGE_MCP_TEST_RAW_TOOLS"
+
+func runRawUpstream(toolsPath, logPath string) int {
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	out := bufio.NewWriter(os.Stdout)
+	reply := func(id json.RawMessage, result any, rpcErr any) {
+		msg := map[string]any{"jsonrpc": "2.0", "id": id}
+		if rpcErr != nil {
+			msg["error"] = rpcErr
+		} else {
+			msg["result"] = result
+		}
+		b, _ := json.Marshal(msg)
+		out.Write(append(b, '\n'))
+		out.Flush()
+	}
+	for in.Scan() {
+		var req struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				ProtocolVersion string          `json:"protocolVersion"`
+				Name            string          `json:"name"`
+				Arguments       json.RawMessage `json:"arguments"`
+			} `json:"params"`
+		}
+		if json.Unmarshal(in.Bytes(), &req) != nil || len(req.ID) == 0 {
+			continue // a notification
+		}
+		switch req.Method {
+		case "initialize":
+			reply(req.ID, map[string]any{"protocolVersion": req.Params.ProtocolVersion,
+				"capabilities": map[string]any{"tools": map[string]any{"listChanged": true}},
+				"serverInfo":   map[string]any{"name": "raw-upstream", "version": "1"}}, nil)
+		case "ping":
+			reply(req.ID, map[string]any{}, nil)
+		case "tools/list":
+			tools, err := os.ReadFile(toolsPath)
+			if err != nil {
+				reply(req.ID, nil, map[string]any{"code": -32603, "message": err.Error()})
+				continue
+			}
+			reply(req.ID, map[string]any{"tools": json.RawMessage(tools)}, nil)
+		case "tools/call":
+			if req.Params.Name == "relist" { // the tools file changed: say so
+				out.WriteString(`{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}` + "\n")
+			}
+			if f, err := os.OpenFile(logPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+				fmt.Fprintf(f, "%s\n", req.Params.Arguments)
+				f.Close()
+			}
+			reply(req.ID, map[string]any{"content": []any{map[string]any{"type": "text", "text": "ok"}},
+				"structuredContent": map[string]any{}}, nil)
+		default:
+			reply(req.ID, nil, map[string]any{"code": -32601, "message": "method not found"})
+		}
+	}
+	return 0
+}
+
+// rawUpstream is the command of the bare upstream serving the tools in toolsPath.
+func rawUpstream(t testing.TB, toolsPath, logPath string) *mcp.CommandTransport {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command(exe, "-test.run=^$")
+	c.Env = append(os.Environ(), rawUpstreamEnv+"="+toolsPath, upstreamLogEnv+"="+logPath)
 	c.Stderr = testWriter{t}
 	return &mcp.CommandTransport{Command: c}
 }

@@ -123,7 +123,7 @@ func runMCP(ctx context.Context, p mcpParams, args []string, stdin io.Reader, st
 	}
 	defer proxy.Close()
 	if p.listen == "" {
-		err = proxy.Server().Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(stdin), Writer: nopWriteCloser{stdout}})
+		err = proxy.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(stdin), Writer: nopWriteCloser{stdout}})
 		if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 			return nil
 		}
@@ -134,7 +134,7 @@ func runMCP(ctx context.Context, p mcpParams, args []string, stdin io.Reader, st
 		return fmt.Errorf("--listen: %w", err)
 	}
 	fmt.Fprintf(stderr, "lineagec mcp: agent %s; serving MCP on http://%s/\n", proxy.Agent(), ln.Addr())
-	hs := &http.Server{Handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return proxy.Server() }, nil),
+	hs := &http.Server{Handler: proxy.Handler(),
 		ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -159,9 +159,10 @@ func newMCPPinsCmd(g *globalParams) *cobra.Command {
 		Short: "Print the pins of an MCP server's tools as a policy fragment",
 		Long: `pins connects to the MCP server CMD (or --upstream URL), lists its tools and
 prints, for each, a tool rule with its pin: the sha256 of the canonical JSON of
-its {name, description, inputSchema, annotations}. Paste the rules into a
-policy's tools and set their costs; the proxy then refuses a tool whose
-definition changes.
+its whole definition, every member the server sent. A tool not annotated
+readOnlyHint: true is printed with requires_approval: true. Paste the rules
+into a policy's tools and set their costs; the proxy then refuses a tool whose
+definition changes, and sends the host exactly the definition pinned.
 ` + exitCodesHelp,
 		Args: argsUsage(cobra.ArbitraryArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -177,17 +178,9 @@ func runMCPPins(ctx context.Context, upstream string, args []string, stdout, std
 	if err != nil {
 		return err
 	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "lineagec-mcp-pins", Version: mcpproxy.Version}, nil).Connect(ctx, t, nil)
+	defs, err := mcpproxy.ListDefinitions(ctx, t, &mcp.Implementation{Name: "lineagec-mcp-pins", Version: mcpproxy.Version})
 	if err != nil {
-		return fmt.Errorf("connecting to the MCP server: %w", err)
+		return err
 	}
-	defer cs.Close()
-	var tools []*mcp.Tool
-	for tool, err := range cs.Tools(ctx, nil) {
-		if err != nil {
-			return fmt.Errorf("listing the MCP server's tools: %w", err)
-		}
-		tools = append(tools, tool)
-	}
-	return mcpproxy.WritePins(stdout, tools)
+	return mcpproxy.WritePins(stdout, defs)
 }

@@ -72,14 +72,20 @@ func TestMCPCommand(t *testing.T) {
 	if code := run([]string{"mcp", "pins", "--", fs, dir}, &out, &errb); code != exitOK {
 		t.Fatalf("mcp pins: exit %d: %s", code, errb.String())
 	}
-	pins := regexp.MustCompile(`(?m)^  "([a-z_]+)":\n    cost: 0\n    pin: "(sha256:[0-9a-f]{64})"$`).FindAllStringSubmatch(out.String(), -1)
-	if !strings.HasPrefix(out.String(), "tools:\n") || len(pins) < 10 {
+	// A tool not annotated read-only is printed to need approval (D243 (pins
+	// printed to need approval)): pasted as is, nothing writes for free.
+	pins := regexp.MustCompile(`(?m)^  "([a-z_]+)":\n    cost: 0\n(    requires_approval: true # not annotated read-only\n)?    pin: "(sha256:[0-9a-f]{64})"$`).FindAllStringSubmatch(out.String(), -1)
+	if !strings.HasPrefix(out.String(), "tools:\n") || len(pins) < 14 {
 		t.Fatalf("mcp pins printed:\n%s", out.String())
 	}
 	var readPin string
 	for _, m := range pins {
 		if m[1] == "read_text_file" {
-			readPin = m[2]
+			readPin = m[3]
+		}
+		writes := m[1] == "write_file" || m[1] == "edit_file" || m[1] == "move_file" || m[1] == "create_directory"
+		if approval := m[2] != ""; approval != writes {
+			t.Errorf("mcp pins: %s printed with requires_approval %v", m[1], approval)
 		}
 	}
 

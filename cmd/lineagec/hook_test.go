@@ -15,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/lineage-guard/lineage/client"
+	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/internal/servertest"
 )
 
@@ -323,4 +326,56 @@ func BenchmarkHookClaudeCode(b *testing.B) {
 	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
 	b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(times[(len(times)*99)/100].Microseconds())/1000, "p99-ms")
+}
+
+// TestHookClaudeCodeExample: examples/claude-code works as written. Its
+// settings.json is what --settings prints, its case file repeats policy.yaml
+// (the same digest), and the hook, given the example's policy, allows a shell
+// command, denies a write under .git and holds a git push for a person.
+func TestHookClaudeCodeExample(t *testing.T) {
+	dir := filepath.Join("..", "..", "examples", "claude-code")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"hook", "claude-code", "--settings"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("--settings: exit %d: %s", code, stderr.String())
+	}
+	settings, err := os.ReadFile(filepath.Join(dir, "settings.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(settings, stdout.Bytes()) {
+		t.Fatalf("examples/claude-code/settings.json is not what --settings prints:\n%s", stdout.String())
+	}
+	pol, err := compiler.CompileFile(filepath.Join(dir, "policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "claude-code.cases.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases struct {
+		Policy map[string]any `yaml:"policy"`
+	}
+	if err := yaml.Unmarshal(raw, &cases); err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := json.Marshal(cases.Policy)
+	inCases, err := compiler.Compile("claude-code.cases.yaml", doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inCases.Digest != pol.Digest {
+		t.Fatalf("the case file's policy (%s) is not policy.yaml (%s): copy it again", inCases.Digest, pol.Digest)
+	}
+	e := newHookEnv(t, string(pol.Document))
+	out, _ := e.run(preToolUse("Bash", map[string]any{"command": "go vet ./...", "description": "vet"}))
+	allowed(t, out)
+	out, _ = e.run(preToolUse("Bash", map[string]any{"command": "git push origin main"}), "--approval-wait", "100ms")
+	if r := deny(t, out); !strings.Contains(r, "a person must approve request cc-") {
+		t.Fatalf("git push: %s", r)
+	}
+	out, _ = e.run(preToolUse("Write", map[string]any{"file_path": "/home/dev/project/.git/config", "content": "x"}))
+	if r := deny(t, out); !strings.Contains(r, "reason: git_internals") || !strings.Contains(r, "terminated (scar_limit_reached)") {
+		t.Fatalf("write under .git: %s", r)
+	}
 }

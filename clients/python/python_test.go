@@ -6,6 +6,7 @@ package python_test
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -58,5 +59,37 @@ func TestPythonClient(t *testing.T) {
 	}
 	if strings.Contains(string(out), "skipped") {
 		t.Fatalf("a Python test skipped although the service is up:\n%s", out)
+	}
+}
+
+// TestPythonTypes checks the package's type hints, and examples/python's,
+// with mypy --strict (Debian's python3-mypy: .ci/run installs it; the
+// interpreter that has it runs it). mypy's cache is kept in the user's cache
+// directory: a cold run reads all of typeshed (a minute on a busy machine).
+func TestPythonTypes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the type check runs in the full run")
+	}
+	var py string
+	for _, cand := range []string{"python3", "/usr/bin/python3"} {
+		if exec.Command(cand, "-m", "mypy", "--version").Run() == nil {
+			py = cand
+			break
+		}
+	}
+	if py == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no python3 with mypy (under CI it must be there: .ci/run installs python3-mypy)")
+		}
+		t.Skip("skipping the type check: no python3 here has mypy (apt-get install python3-mypy)")
+	}
+	cache := t.TempDir()
+	if dir, err := os.UserCacheDir(); err == nil {
+		cache = filepath.Join(dir, "lineage", "mypy")
+	}
+	cmd := exec.Command(py, "-m", "mypy", "--cache-dir", cache, "--strict", "lineage_guard", "../../examples/python/agent.py")
+	cmd.Env = append(os.Environ(), "MYPYPATH=.")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("mypy --strict: %v\n%s", err, out)
 	}
 }

@@ -190,7 +190,7 @@ class RealServiceTest(unittest.TestCase):
         def spy(method: str, path: str, body: Any, deadline: float) -> Any:
             calls.append(method + " " + path)
             return real(method, path, body, deadline)
-        g._call = spy  # type: ignore[method-assign]
+        g._call = spy  # type: ignore
         old = _sync.MAX_SERVER_WAIT
         _sync.MAX_SERVER_WAIT = 0.4
         try:
@@ -331,6 +331,31 @@ class RealServiceTest(unittest.TestCase):
         asyncio.run(main())
         self.assertEqual(ran, [])
         self.assertLess(time.monotonic() - start, 15, "the deadline did not bound the retries")
+
+
+@need_server
+class ExampleTest(unittest.TestCase):
+    def test_examples_python_agent(self) -> None:
+        """examples/python/agent.py runs as its docstring says, against an agent
+        of examples/python/policy.json."""
+        root = os.path.dirname(os.path.dirname(PKG))
+        with open(os.path.join(root, "examples", "python", "policy.json")) as f:
+            policy = json.load(f)
+        _, token = agent(policy)
+        env = dict(os.environ, LINEAGE_SERVER=SERVER, LINEAGE_TOKEN=token, PYTHONPATH=PKG)
+        out = subprocess.run([sys.executable, os.path.join(root, "examples", "python", "agent.py")],
+                             capture_output=True, text=True, env=env, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        lines = out.stdout.splitlines()
+        self.assertEqual(lines[:5], [
+            "search: 3 results for 'invoices due this week'",
+            "send_email: sent 'invoices due' to ap@acme.example",
+            "send_email: denied: recipient_not_allowed",
+            lines[3],
+            "run_shell: denied: unlisted_tool",
+        ], out.stdout)
+        self.assertRegex(lines[3], r"^pay: waiting for approval: request py-[0-9a-f]{24}$")
+        self.assertEqual(lines[5], "spent 3 of 20, scar score 6")
 
 
 class StubTest(unittest.TestCase):

@@ -40,6 +40,9 @@ func python3(t *testing.T) string {
 // `lineagec serve` does: decision "Python tests against the in-process
 // service"), with an admin and an approver token in the environment.
 func TestPythonClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the Python client's tests run in the full run (they test no Go code for -race)")
+	}
 	py := python3(t)
 	svc := servertest.Start(t)
 	cmd := exec.Command(py, "-m", "unittest", "discover", "-v", "-s", "tests")

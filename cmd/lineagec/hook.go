@@ -89,18 +89,22 @@ are kept in --state-dir (default: the user's cache directory, lineage/hook).
 
 --settings prints the .claude/settings.json fragment that installs the hook.
 Exit status: always 0 (the answer is on stdout).`,
-		Args: argsUsage(cobra.NoArgs),
+		// Arguments are checked in RunE: a misused hook answers deny (D271).
+		Args: cobra.ArbitraryArgs,
 		// The root refuses --server for commands it does not list; the hook
 		// takes --server and opens no store itself.
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			for _, name := range []string{"store", "data"} {
 				if cmd.Flags().Changed(name) {
-					return fmt.Errorf("%s opens no store (--%s): it asks the guard service at --server", cmd.CommandPath(), name)
+					return hookMisused(cmd, p, fmt.Errorf("%s opens no store (--%s): it asks the guard service at --server", cmd.CommandPath(), name))
 				}
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return hookMisused(cmd, p, fmt.Errorf("%s takes no arguments (got %q)\nusage: %s", cmd.CommandPath(), args, cmd.UseLine()))
+			}
 			if p.settings {
 				return writeHookSettings(cmd.OutOrStdout(), p)
 			}
@@ -115,12 +119,20 @@ Exit status: always 0 (the answer is on stdout).`,
 	f.BoolVar(&p.settings, "settings", false, "print the .claude/settings.json fragment that installs this hook, and exit")
 	f.StringVar(&p.stateDir, "state-dir", "", "where the calls waiting for approval are kept (default: user cache dir, lineage/hook)")
 	// A bad flag is a deny too (decision D271 (the hook never fails open)).
-	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		writeHookAnswer(c.OutOrStdout(), hookDeny(fmt.Sprintf("lineage's hook is misconfigured (%v), so no call may run until it is fixed.", err)))
-		fmt.Fprintf(c.ErrOrStderr(), "lineagec: %v\n", err)
-		return &exitError{code: exitOK}
-	})
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return hookMisused(c, p, err) })
 	return cmd
+}
+
+// hookMisused answers a hook run whose flags or arguments are wrong: a deny
+// and exit 0 (D271 (the hook never fails open)), but an error for --settings,
+// which a person runs.
+func hookMisused(c *cobra.Command, p hookParams, err error) error {
+	if p.settings {
+		return err
+	}
+	writeHookAnswer(c.OutOrStdout(), hookDeny(fmt.Sprintf("lineage's hook is misconfigured (%v), so no call may run until it is fixed.", err)))
+	fmt.Fprintf(c.ErrOrStderr(), "lineagec: %v\n", err)
+	return &exitError{code: exitOK}
 }
 
 // hookEvent is what the hook reads of Claude Code's event; other members

@@ -220,8 +220,12 @@ func TestHookClaudeCode(t *testing.T) {
 			out, _ = e.run(bad)
 			deny(t, out)
 		}
-		out, _ = e.run(ev, "--approval-wait", "banana")
-		deny(t, out)
+		for _, misuse := range [][]string{{"--approval-wait", "banana"}, {"--data", t.TempDir()}, {"extra-arg"}, {"--no-such-flag"}} {
+			out, _ = e.run(ev, misuse...)
+			if r := deny(t, out); !strings.Contains(r, "misconfigured") {
+				t.Fatalf("%q: %s", misuse, r)
+			}
+		}
 		out, _ = e.run(preToolUse("bad tool name!", map[string]any{}))
 		if r := deny(t, out); !strings.Contains(r, "malformed") {
 			t.Fatalf("malformed request: %s", r)

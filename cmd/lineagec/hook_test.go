@@ -332,7 +332,7 @@ func BenchmarkHookClaudeCode(b *testing.B) {
 	b.ReportMetric(float64(times[(len(times)*99)/100].Microseconds())/1000, "p99-ms")
 }
 
-// TestHookClaudeCodeExample: examples/claude-code works as written. Its
+// TestHookClaudeCodeExample: examples/claude-code works as written. Its .claude/
 // settings.json is what --settings prints, its case file repeats policy.yaml
 // (the same digest), and the hook, given the example's policy, allows a shell
 // command, denies a write under .git and holds a git push for a person.
@@ -342,12 +342,12 @@ func TestHookClaudeCodeExample(t *testing.T) {
 	if code := run([]string{"hook", "claude-code", "--settings"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("--settings: exit %d: %s", code, stderr.String())
 	}
-	settings, err := os.ReadFile(filepath.Join(dir, "settings.json"))
+	settings, err := os.ReadFile(filepath.Join(dir, ".claude", "settings.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(settings, stdout.Bytes()) {
-		t.Fatalf("examples/claude-code/settings.json is not what --settings prints:\n%s", stdout.String())
+		t.Fatalf("examples/claude-code/.claude/settings.json is not what --settings prints:\n%s", stdout.String())
 	}
 	pol, err := compiler.CompileFile(filepath.Join(dir, "policy.yaml"))
 	if err != nil {

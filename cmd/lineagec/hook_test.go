@@ -168,7 +168,7 @@ func TestHookClaudeCode(t *testing.T) {
 	})
 
 	t.Run("pending past the wait continues the same request", func(t *testing.T) {
-		ev := preToolUse("mcp__ci__deploy", map[string]any{"env": "prod"})
+		ev := preToolUse("mcp__ci__deploy", map[string]any{"env": "prod", "ref": "v1"})
 		start := time.Now()
 		out, _ := e.run(ev, "--approval-wait", "1s")
 		if d := time.Since(start); d < time.Second {
@@ -182,7 +182,12 @@ func TestHookClaudeCode(t *testing.T) {
 		id := m[1]
 		// The same call again (another tool_use_id, keys in another order):
 		// the same request, still pending.
-		out, _ = e.run(strings.Replace(ev, `"tool_use_id":"`, `"tool_use_id":"x`, 1), "--approval-wait", "200ms")
+		again := strings.Replace(ev, `"tool_use_id":"`, `"tool_use_id":"x`, 1)
+		again = strings.Replace(again, `{"env":"prod","ref":"v1"}`, `{"ref":"v1", "env":"prod"}`, 1)
+		if again == ev {
+			t.Fatal("the repeated event is the same text")
+		}
+		out, _ = e.run(again, "--approval-wait", "200ms")
 		if r := deny(t, out); !strings.Contains(r, id) {
 			t.Fatalf("the same call made a new request: %s", r)
 		}

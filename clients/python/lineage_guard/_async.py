@@ -9,7 +9,7 @@ import functools
 import inspect
 import ssl
 import time
-from typing import Any, Awaitable, Callable, Dict, Mapping, Optional, Tuple, TypeVar, cast
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar, cast
 
 from ._common import (
     MAX_ATTEMPTS, MAX_SERVER_WAIT, Denied, GuardError, GuardUnavailable, PendingTimeout, Verdict,
@@ -191,8 +191,15 @@ class AsyncGuard:
                 if n > MAX_ANSWER:
                     raise ValueError("the answer is too large")
                 data = await reader.readexactly(n)
-            else:
-                data = await reader.read(MAX_ANSWER)
+            else:  # the body runs to the end of the connection
+                rest: List[bytes] = []
+                total = 0
+                while chunk := await reader.read(1 << 16):
+                    total += len(chunk)
+                    if total > MAX_ANSWER:
+                        raise ValueError("the answer is too large")
+                    rest.append(chunk)
+                data = b"".join(rest)
             return status, headers, data
         finally:
             writer.close()

@@ -387,7 +387,8 @@ class StubTest(unittest.TestCase):
                 for k, v in headers.items():
                     self.send_header(k, v)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
+                if "X-To-Eof" not in headers:  # else: HTTP/1.0, the body ends with the connection
+                    self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
 
@@ -422,6 +423,14 @@ class StubTest(unittest.TestCase):
         v = asyncio.run(AsyncGuard(url, "lga_x").request("t", {"a": 1}, id="mine"))
         self.assertEqual(v.decision, "allow")
         self.assertEqual([s["id"] for s in seen], ["mine"] * 3)
+
+    def test_async_body_to_eof(self) -> None:
+        """An answer with neither Content-Length nor chunks runs to the end of
+        the connection (read whole, even when larger than one read)."""
+        big = dict(self.ALLOW, pad="x" * 300000)
+        url, seen = self.serve([(200, {"X-To-Eof": "1"}, big)])
+        v = asyncio.run(AsyncGuard(url, "lga_x").request("t"))
+        self.assertEqual(v.raw["pad"], big["pad"])
 
     def test_429_bounded(self) -> None:
         slow = (429, {"Retry-After": "0"}, {"code": "too_many_requests", "message": "slow down"})

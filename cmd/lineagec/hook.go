@@ -88,7 +88,7 @@ Other events than PreToolUse are answered {}. The calls waiting for approval
 are kept in --state-dir (default: the user's cache directory, lineage/hook).
 
 --settings prints the .claude/settings.json fragment that installs the hook.
-Exit status: always 0 (the answer is on stdout).`,
+Exit status: always 0, the answer being on stdout (--settings: 1 on an error).`,
 		// Arguments are checked in RunE: a misused hook answers deny (D271).
 		Args: cobra.ArbitraryArgs,
 		// The root refuses --server for commands it does not list; the hook

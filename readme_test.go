@@ -341,6 +341,10 @@ func TestReadmeService(t *testing.T) {
 		t.Fatalf("the README's Python agent loop needs python3, and CI=true: it may not be left out: %v", pyErr)
 	}
 	dir := t.TempDir()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -360,6 +364,10 @@ func TestReadmeService(t *testing.T) {
 		switch f.lang {
 		case "python":
 			if err := os.WriteFile(filepath.Join(dir, "agent.py"), []byte(local(f.text)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// The loop imports the Python client from clients/python, as in the repository.
+			if err := os.Symlink(filepath.Join(wd, "clients"), filepath.Join(dir, "clients")); err != nil {
 				t.Fatal(err)
 			}
 			python = true

@@ -1,10 +1,8 @@
 package mcpproxy
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -247,46 +245,16 @@ func (p *Proxy) unavailable(name string, err error) *mcp.CallToolResult {
 		map[string]any{"tool": name, "message": err.Error()})
 }
 
-// hints say what a model can do about a denial's reason.
-var hints = map[string]string{
-	"unlisted_tool":       "the tool is not in the agent's policy: do not call it again",
-	"rate_limited":        "too many calls in a short time: wait before calling again",
-	"max_calls_exceeded":  "the tool has been called as many times as the policy allows: do not call it again",
-	"insufficient_budget": "the agent has too few credits left for it",
-	"approval_rejected":   "a person rejected this call: do not repeat it",
-	"too_many_pending":    "too many of the agent's calls already wait for a person's approval: wait for them to be decided before asking for another",
-}
-
-// denyText is the one sentence a model reads for a denial (§11): the tool,
-// the reason, the scar, the budget left, whether the agent is terminated.
+// denyText is the one sentence a model reads for a denial (§11), with the
+// credits left when the agent's state can be read.
 func (p *Proxy) denyText(ctx context.Context, tool string, v lineage.Verdict) string {
-	var b strings.Builder
-	if v.Reason == "terminated" {
-		fmt.Fprintf(&b, "lineage denied the call to %q: the agent is terminated and may not act any more; nothing was forwarded, and no later call will be.", tool)
-		return b.String()
+	var st *lineage.State
+	if v.Reason != "terminated" {
+		if s, err := p.cfg.Guard.State(ctx, p.agent); err == nil {
+			st = &s
+		}
 	}
-	fmt.Fprintf(&b, "lineage denied the call to %q (reason: %s", tool, v.Reason)
-	if h, ok := hints[v.Reason]; ok {
-		fmt.Fprintf(&b, "; %s", h)
-	}
-	b.WriteString(")")
-	if v.Note != "" {
-		fmt.Fprintf(&b, "; the approver's note: %q", v.Note)
-	}
-	if v.Scar != nil {
-		fmt.Fprintf(&b, "; it left a %s scar (weight %d)", v.Scar.Severity, v.Scar.Weight)
-	} else {
-		b.WriteString("; no scar")
-	}
-	if st, err := p.cfg.Guard.State(ctx, p.agent); err == nil {
-		fmt.Fprintf(&b, "; %d of %d credits left", st.Remaining, st.Budget)
-	}
-	if v.Terminated != "" {
-		fmt.Fprintf(&b, "; the agent is now terminated (%s), so every later call will be denied.", v.Terminated)
-	} else {
-		b.WriteString("; the agent may go on.")
-	}
-	return b.String()
+	return client.DenyText(tool, v, st)
 }
 
 func verdictResult(v lineage.Verdict, text string) *mcp.CallToolResult {
@@ -302,31 +270,6 @@ func refusal(reason, text string, detail map[string]any) *mcp.CallToolResult {
 	detail["reason"] = reason
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}},
 		Meta: mcp.Meta{MetaRefusal: detail}}
-}
-
-// decodeArgs decodes a call's arguments as a request's args (numbers as
-// json.Number) and returns their canonical encoding. Absent or null arguments are
-// no args; anything but an object is a protocol error.
-func decodeArgs(raw json.RawMessage) (map[string]any, []byte, error) {
-	t := bytes.TrimSpace(raw)
-	if len(t) == 0 || string(t) == "null" {
-		return nil, []byte("{}"), nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(t))
-	dec.UseNumber()
-	var args map[string]any
-	if err := dec.Decode(&args); err != nil || args == nil {
-		return nil, nil, errors.New("arguments must be a JSON object")
-	}
-	// Not jcs: it rounds numbers through float64, and two calls whose big
-	// integers differ must not share a key. encoding/json sorts keys and keeps
-	// each json.Number as written (a duplicate key keeps its last value, the
-	// one the service decides on and the proxy forwards).
-	canon, err := json.Marshal(args)
-	if err != nil {
-		return nil, nil, fmt.Errorf("arguments: %w", err)
-	}
-	return args, canon, nil
 }
 
 // recordArgs are the bytes of args as the service's action record holds
@@ -347,15 +290,11 @@ func recordArgs(args map[string]any) ([]byte, error) {
 	return out, nil
 }
 
-// callKey names a call by its tool and canonical args (decision D111).
-func callKey(tool string, canonArgs []byte) string {
-	h := sha256.New()
-	name, _ := json.Marshal(tool)
-	h.Write(name)
-	h.Write([]byte{'\n'})
-	h.Write(canonArgs)
-	return hex.EncodeToString(h.Sum(nil))
-}
+// decodeArgs and callKey are the client's (shared with the coding-agent hook).
+var (
+	decodeArgs = client.DecodeArgs
+	callKey    = client.CallKey
+)
 
 // hexByte is the value of a hex key's first two digits.
 func hexByte(key string) byte {

@@ -107,6 +107,7 @@ var commands = []func(*globalParams) *cobra.Command{
 	newTokenCmd,
 	newPendingCmd,
 	newMCPCmd,
+	newHookCmd,
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {

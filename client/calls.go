@@ -1,0 +1,97 @@
+package client
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/lineage-guard/lineage"
+)
+
+// What the front ends that stand between a model and its tools (the MCP
+// proxy, the coding-agent hook) share: how a call is named, and the text a
+// model reads for a denial.
+
+// DecodeArgs decodes a call's arguments as a request's args (numbers as
+// json.Number) and returns their canonical encoding. Absent or null arguments
+// are no args; anything but an object is an error.
+func DecodeArgs(raw json.RawMessage) (map[string]any, []byte, error) {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || string(t) == "null" {
+		return nil, []byte("{}"), nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(t))
+	dec.UseNumber()
+	var args map[string]any
+	if err := dec.Decode(&args); err != nil || args == nil {
+		return nil, nil, errors.New("arguments must be a JSON object")
+	}
+	// Not jcs: it rounds numbers through float64, and two calls whose big
+	// integers differ must not share a key. encoding/json sorts keys and keeps
+	// each json.Number as written (a duplicate key keeps its last value, the
+	// one the service decides on and the proxy forwards).
+	canon, err := json.Marshal(args)
+	if err != nil {
+		return nil, nil, fmt.Errorf("arguments: %w", err)
+	}
+	return args, canon, nil
+}
+
+// CallKey names a call by its tool and canonical args (decision D111): the
+// same call made again has the same key, so it can continue the request that
+// an earlier one left waiting for approval.
+func CallKey(tool string, canonArgs []byte) string {
+	h := sha256.New()
+	name, _ := json.Marshal(tool)
+	h.Write(name)
+	h.Write([]byte{'\n'})
+	h.Write(canonArgs)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// hints say what a model can do about a denial's reason.
+var hints = map[string]string{
+	"unlisted_tool":       "the tool is not in the agent's policy: do not call it again",
+	"rate_limited":        "too many calls in a short time: wait before calling again",
+	"max_calls_exceeded":  "the tool has been called as many times as the policy allows: do not call it again",
+	"too_many_pending":    "too many of the agent's calls already wait for a person's approval: wait for them to be decided before asking for another",
+	"insufficient_budget": "the agent has too few credits left for it",
+	"approval_rejected":   "a person rejected this call: do not repeat it",
+}
+
+// DenyText is the one sentence a model reads for a denial (docs/mcp.md): the
+// tool, the reason, the scar, the budget left (when st is the agent's state;
+// nil when it could not be read), whether the agent is terminated.
+func DenyText(tool string, v lineage.Verdict, st *lineage.State) string {
+	var b strings.Builder
+	if v.Reason == "terminated" {
+		fmt.Fprintf(&b, "lineage denied the call to %q: the agent is terminated and may not act any more; nothing was forwarded, and no later call will be.", tool)
+		return b.String()
+	}
+	fmt.Fprintf(&b, "lineage denied the call to %q (reason: %s", tool, v.Reason)
+	if h, ok := hints[v.Reason]; ok {
+		fmt.Fprintf(&b, "; %s", h)
+	}
+	b.WriteString(")")
+	if v.Note != "" {
+		fmt.Fprintf(&b, "; the approver's note: %q", v.Note)
+	}
+	if v.Scar != nil {
+		fmt.Fprintf(&b, "; it left a %s scar (weight %d)", v.Scar.Severity, v.Scar.Weight)
+	} else {
+		b.WriteString("; no scar")
+	}
+	if st != nil {
+		fmt.Fprintf(&b, "; %d of %d credits left", st.Remaining, st.Budget)
+	}
+	if v.Terminated != "" {
+		fmt.Fprintf(&b, "; the agent is now terminated (%s), so every later call will be denied.", v.Terminated)
+	} else {
+		b.WriteString("; the agent may go on.")
+	}
+	return b.String()
+}

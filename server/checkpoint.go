@@ -15,6 +15,7 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/checkpoint"
 	"github.com/lineage-guard/lineage/runtime"
+	"github.com/lineage-guard/lineage/runtime/store"
 )
 
 // This file serves provable history (docs/history.md): the signed checkpoint of an
@@ -279,6 +280,9 @@ func (s *Server) bringUp(sl *signedLog) {
 		if c, err = st.g.Checkpoint(); err == nil {
 			var n []byte
 			if n, err = checkpoint.Sign(c, s.cfg.CheckpointSigner); err == nil {
+				err = s.raiseMark(sl.agent, c)
+			}
+			if err == nil {
 				s.ckpts.signed.Add(1)
 				last, note = &c, n
 			}
@@ -324,10 +328,29 @@ func (s *Server) extend(sl *signedLog, last *checkpoint.Checkpoint, upto uint64)
 	if last == nil || cur == nil || cur.size < last.Size {
 		st := &merkleState{g: checkpoint.NewGrowing(agent)}
 		if last == nil { // first meeting: the whole log, strictly
+			// The last checkpoint signed before a restart (or by another
+			// node of a shared store) bounds it from below (D252 (the
+			// signed size checked when an agent is met)).
+			var mark store.Mark
+			if s.cfg.Marks != nil {
+				var err error
+				if mark, err = s.cfg.Marks.LoadMark(agent); err != nil {
+					return nil, err
+				}
+			}
+			hashes := map[uint64]string{}
 			// From genesis the fold's checks all run: to the log's end.
-			err := s.rt.VerifyTail(agent, 0, 0, "", "", func(rec lineage.Record) error { return st.add(rec.Seq, rec.Hash, rec.Kind) })
+			err := s.rt.VerifyTail(agent, 0, 0, "", "", func(rec lineage.Record) error {
+				if mark.Size > 0 && rec.Seq == mark.Size-1 {
+					hashes[rec.Seq] = rec.Hash
+				}
+				return st.add(rec.Seq, rec.Hash, rec.Kind)
+			})
 			if err != nil {
 				return nil, err
+			}
+			if why := belowMark(mark, st.size, func(seq uint64) string { return hashes[seq] }); why != "" {
+				return nil, newError(http.StatusInternalServerError, CodeCheckpointDiverged, fmt.Sprintf("agent %s: %s", agent, why))
 			}
 			if st.size < 2 {
 				return nil, newError(http.StatusInternalServerError, CodeCorrupt, fmt.Sprintf("agent %s: the log ends before its policy record", agent))
@@ -369,6 +392,36 @@ func (s *Server) extend(sl *signedLog, last *checkpoint.Checkpoint, upto uint64)
 		}
 	}
 	return cur, nil
+}
+
+// belowMark says why a log of size records, whose record seq has the hash
+// hashAt(seq), does not extend the mark (the last checkpoint signed of it);
+// "" if it does, or if there is no mark.
+func belowMark(mark store.Mark, size uint64, hashAt func(seq uint64) string) string {
+	switch {
+	case mark.Size == 0:
+		return ""
+	case size < mark.Size:
+		return fmt.Sprintf("the log has %d records, and this node signed a checkpoint of %d (head %s): records %d to %d were lost from the store",
+			size, mark.Size, mark.Head, size, mark.Size-1)
+	case hashAt(mark.Size-1) != mark.Head:
+		return fmt.Sprintf("record %d has hash %s, and this node signed a checkpoint of %d records with head %s: the log was rewritten",
+			mark.Size-1, hashAt(mark.Size-1), mark.Size, mark.Head)
+	}
+	return ""
+}
+
+// raiseMark keeps c's size and head as the agent's mark (Config.Marks)
+// before the note is handed out: a checkpoint no restart can forget.
+func (s *Server) raiseMark(agent string, c checkpoint.Checkpoint) error {
+	if s.cfg.Marks == nil {
+		return nil
+	}
+	if err := s.cfg.Marks.StoreMark(agent, store.Mark{Size: c.Size, Head: c.Head}); err != nil {
+		return newError(http.StatusServiceUnavailable, CodeUnavailable, fmt.Sprintf(
+			"agent %s: the checkpoint of %d records could not be kept before it is handed out: %v", agent, c.Size, err))
+	}
+	return nil
 }
 
 func diverged(agent string, last *checkpoint.Checkpoint, why string) error {

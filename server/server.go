@@ -45,6 +45,11 @@ type Config struct {
 	// CheckpointInterval is the least time between two checkpoints of one
 	// growing log (checkpoint.go); zero means DefaultCheckpointInterval.
 	CheckpointInterval time.Duration
+	// Marks, if set, keeps across restarts the size and head of the last
+	// checkpoint the server signed of each agent (the store's, see
+	// store.Marks): a log that does not extend it is refused
+	// (checkpoint_diverged) by the checkpoint, proof and verify routes.
+	Marks store.Marks
 }
 
 // MaxWait is the longest ?wait= on a request.
@@ -673,6 +678,16 @@ func (s *Server) verifyOf(agent string) (verifyResult, error) {
 		return verifyResult{Seq: &seq, Message: "log ends before its policy record"}, nil
 	}
 	n := len(recs)
+	if s.cfg.Marks != nil {
+		mark, err := s.cfg.Marks.LoadMark(agent)
+		if err != nil {
+			return verifyResult{}, err
+		}
+		if why := belowMark(mark, uint64(n), func(seq uint64) string { return recs[seq].Hash }); why != "" {
+			seq := min(uint64(n), mark.Size-1)
+			return verifyResult{Seq: &seq, Message: CodeCheckpointDiverged + ": " + why}, nil
+		}
+	}
 	return verifyResult{OK: true, Records: &n, Head: recs[n-1].Hash}, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -175,5 +176,37 @@ func TestServeRollbackRestored(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestServeRollbackRefusedAtMark: the reproduction with the journal
+// destroyed too, so that no copy holds the records the log lost: after the
+// restart, and after another, serve refuses to sign or prove the log of 3
+// records and verify says checkpoint_diverged, naming record 3 (D252 (the
+// signed size checked when an agent is met), D253 (the signed size kept in
+// the data directory)).
+func TestServeRollbackRefusedAtMark(t *testing.T) {
+	g := newRollbackRig(t)
+	g.cut(t, 3)
+	g.stop(syscall.SIGTERM)
+	if err := os.Remove(filepath.Join(g.data, store.JournalName)); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		g.start(t)
+		ctx := context.Background()
+		_, err := g.admin.Checkpoint(ctx, g.agent)
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.Code != "checkpoint_diverged" {
+			t.Fatalf("round %d: checkpoint of the log cut to 3: %v, want checkpoint_diverged", round, err)
+		}
+		if _, err := g.admin.Proof(ctx, g.agent, 0); !errors.As(err, &ce) || ce.Code != "checkpoint_diverged" {
+			t.Errorf("round %d: proof of record 0: %v, want checkpoint_diverged", round, err)
+		}
+		v, err := g.admin.Verify(ctx, g.agent)
+		if err != nil || v.OK || v.Seq == nil || *v.Seq != 3 || !strings.Contains(v.Message, "checkpoint_diverged") {
+			t.Errorf("round %d: verify: %+v %v, want not ok at seq 3, checkpoint_diverged", round, v, err)
+		}
+		g.stop(syscall.SIGTERM)
 	}
 }

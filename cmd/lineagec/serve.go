@@ -171,8 +171,11 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		MaxAgents:   p.maxAgents,
 		IdleTimeout: p.idle,
 	})
+	// The size and head of the last checkpoint signed of each agent, kept by
+	// the store (the data directory, or the shared database).
+	marks, _ := st.(store.Marks)
 	srv, err := server.New(server.Config{Runtime: rt, Principals: principals, Key: key,
-		Logger: slog.New(handler), SyncStats: syncStats, CheckpointSigner: signer})
+		Logger: slog.New(handler), SyncStats: syncStats, CheckpointSigner: signer, Marks: marks})
 	if err != nil {
 		return err
 	}

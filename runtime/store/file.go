@@ -134,6 +134,9 @@ type File struct {
 	// in the journal, and Scan, Append and Create report the damage.
 	damaged map[string]error
 
+	marksMu  sync.Mutex // serializes StoreMark
+	marksDir *os.File   // MarksDir, once StoreMark made it
+
 	closed  atomic.Bool
 	active  atomic.Int64  // calls in progress
 	drained chan struct{} // cap 1: active reached 0 after closed was set
@@ -775,6 +778,9 @@ func (s *File) Close() error {
 		l.mu.Unlock()
 		return true
 	})
+	if s.marksDir != nil {
+		s.marksDir.Close()
+	}
 	if err := s.dirF.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("store: close %s: %w", s.dir, err))
 	}

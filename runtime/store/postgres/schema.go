@@ -38,6 +38,31 @@ var schema = []string{
 	refuseTrigger("lineage_records", "statement", "TRUNCATE"),
 	refuseTrigger("lineage_agents", "row", "UPDATE OR DELETE"),
 	refuseTrigger("lineage_agents", "statement", "TRUNCATE"),
+	// The size and head of the last checkpoint a node signed of each agent's
+	// log, shared by the nodes: it only rises (D254 (the signed size shared
+	// by the nodes)).
+	`CREATE TABLE IF NOT EXISTS lineage_checkpoints (
+		agent text COLLATE "C" PRIMARY KEY
+		      CHECK (agent ~ '^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$'),
+		size  bigint NOT NULL CHECK (size > 0),
+		head  text NOT NULL CHECK (head ~ '^sha256:[0-9a-f]{64}$')
+	)`,
+	`CREATE OR REPLACE FUNCTION lineage_refuse_lower_mark() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		IF NEW.size < OLD.size THEN
+			RAISE EXCEPTION 'lineage: the checkpoint mark of % only rises (% to %)',
+				OLD.agent, OLD.size, NEW.size USING ERRCODE = 'restrict_violation';
+		END IF;
+		RETURN NEW;
+	END
+	$$`,
+	`DO $$ BEGIN
+		IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'lineage_checkpoints_only_rise' AND tgrelid = 'lineage_checkpoints'::regclass) THEN
+			CREATE TRIGGER lineage_checkpoints_only_rise BEFORE UPDATE ON lineage_checkpoints FOR EACH ROW EXECUTE FUNCTION lineage_refuse_lower_mark();
+		END IF;
+	END $$`,
+	refuseTrigger("lineage_checkpoints", "row", "DELETE"),
+	refuseTrigger("lineage_checkpoints", "statement", "TRUNCATE"),
 }
 
 // refuseTrigger creates, unless it exists, the trigger that refuses events on
@@ -90,13 +115,15 @@ func createSchema(ctx context.Context, db execer) error {
 	return nil
 }
 
-// hasSchema reports whether both tables exist.
+// hasSchema reports whether every table exists (a database made before
+// lineage_checkpoints gets it at the next Open, or from store init).
 func hasSchema(ctx context.Context, db interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }) (bool, error) {
 	var ok bool
 	err := db.QueryRow(ctx, `SELECT to_regclass('lineage_agents') IS NOT NULL
-		AND to_regclass('lineage_records') IS NOT NULL`).Scan(&ok)
+		AND to_regclass('lineage_records') IS NOT NULL
+		AND to_regclass('lineage_checkpoints') IS NOT NULL`).Scan(&ok)
 	if err != nil {
 		return false, mapErr(err, "looking for the schema", "")
 	}

@@ -180,7 +180,8 @@ func TestServeRollbackRestored(t *testing.T) {
 }
 
 // TestServeRollbackRefusedAtMark: the reproduction with the journal
-// destroyed too, so that no copy holds the records the log lost: after the
+// destroyed too, so that no copy holds the records the log lost, and the
+// store's note of the loss removed: after the
 // restart, and after another, serve refuses to sign or prove the log of 3
 // records and verify says checkpoint_diverged, naming record 3 (D252 (the
 // signed size checked when an agent is met), D253 (the signed size kept in
@@ -189,8 +190,12 @@ func TestServeRollbackRefusedAtMark(t *testing.T) {
 	g := newRollbackRig(t)
 	g.cut(t, 3)
 	g.stop(syscall.SIGTERM)
-	if err := os.Remove(filepath.Join(g.data, store.JournalName)); err != nil {
-		t.Fatal(err)
+	// Every copy and the store's own note of the loss (D255 (a cut no copy
+	// holds is noted at Close)) go: only the checkpoint mark is left.
+	for _, name := range []string{store.JournalName, store.LostDir} {
+		if err := os.RemoveAll(filepath.Join(g.data, name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for round := range 2 {
 		g.start(t)
@@ -208,5 +213,34 @@ func TestServeRollbackRefusedAtMark(t *testing.T) {
 			t.Errorf("round %d: verify: %+v %v, want not ok at seq 3, checkpoint_diverged", round, v, err)
 		}
 		g.stop(syscall.SIGTERM)
+	}
+}
+
+// TestServeRollbackReportedLost: the reproduction with the journal destroyed
+// after the stop, so that no copy holds the records the log lost: after the
+// restart the agent is reported damaged from record 3, never served as a log
+// of 3 records: verify names record 3, no checkpoint is signed, and a
+// request is refused (D255 (a cut no copy holds is noted at Close)).
+func TestServeRollbackReportedLost(t *testing.T) {
+	g := newRollbackRig(t)
+	g.cut(t, 3)
+	if stderr := g.stop(syscall.SIGTERM); !strings.Contains(stderr, g.agent) {
+		t.Errorf("serve stopped without naming the damaged agent %s:\n%s", g.agent, stderr)
+	}
+	if err := os.Remove(filepath.Join(g.data, store.JournalName)); err != nil {
+		t.Fatal(err)
+	}
+	g.start(t)
+	defer g.stop(syscall.SIGTERM)
+	ctx := context.Background()
+	v, err := g.admin.Verify(ctx, g.agent)
+	if err != nil || v.OK || v.Seq == nil || *v.Seq != 3 || !strings.Contains(v.Message, "records 3 to 5 are lost") {
+		t.Fatalf("verify: %+v %v, want not ok at seq 3, records 3 to 5 lost", v, err)
+	}
+	if note, err := g.admin.Checkpoint(ctx, g.agent); err == nil {
+		t.Errorf("a checkpoint of the damaged log was signed:\n%s", note)
+	}
+	if vd, err := g.admin.Request(ctx, g.agent, lineage.Request{Tool: "pay", Args: map[string]any{"amount": 1}}); err == nil {
+		t.Errorf("a request on the damaged log was decided: %+v", vd)
 	}
 }

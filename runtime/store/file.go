@@ -267,6 +267,21 @@ func OpenFile(dir string, opts FileOptions) (*File, error) {
 			return fail(fmt.Errorf("store: journal: %w", serr))
 		}
 	}
+	lost, err := s.readLost()
+	if err != nil {
+		if journal != nil {
+			journal.Close()
+		}
+		return fail(err)
+	}
+	for agent, err := range lost {
+		if _, ok := s.damaged[agent]; !ok {
+			if s.damaged == nil {
+				s.damaged = map[string]error{}
+			}
+			s.damaged[agent] = err
+		}
+	}
 	s.commit = newCommitter(s, mode, journal, kept, opts.CheckpointBytes)
 	return s, nil
 }
@@ -768,6 +783,9 @@ func (s *File) Close() error {
 	s.logs.Range(func(_, v any) bool {
 		l := v.(*fileLog)
 		l.mu.Lock()
+		if err := s.noteIfShrunk(l); err != nil {
+			errs = append(errs, err)
+		}
 		if l.f != nil {
 			s.handles.remove(l)
 			if err := l.f.Close(); err != nil {

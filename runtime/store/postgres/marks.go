@@ -34,7 +34,7 @@ func (s *Store) LoadMark(agent string) (store.Mark, error) {
 }
 
 // StoreMark implements store.Marks: the row only ever rises (a lower mark
-// leaves it as it is, and the table's trigger refuses an UPDATE that lowers
+// leaves it as it is, and the table's trigger refuses an UPDATE that does not raise
 // it, a DELETE and a TRUNCATE).
 func (s *Store) StoreMark(agent string, m store.Mark) error {
 	if err := s.enter(); err != nil {

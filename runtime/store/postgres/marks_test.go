@@ -41,6 +41,7 @@ func TestMarksShared(t *testing.T) {
 	}
 	for _, sql := range []string{
 		`UPDATE lineage_checkpoints SET size = 3 WHERE agent = 'agt_a'`,
+		`UPDATE lineage_checkpoints SET head = 'sha256:' || repeat('c', 64) WHERE agent = 'agt_a'`,
 		`DELETE FROM lineage_checkpoints`,
 		`TRUNCATE lineage_checkpoints`,
 	} {

@@ -47,33 +47,33 @@ var schema = []string{
 		size  bigint NOT NULL CHECK (size > 0),
 		head  text NOT NULL CHECK (head ~ '^sha256:[0-9a-f]{64}$')
 	)`,
-	`CREATE OR REPLACE FUNCTION lineage_refuse_lower_mark() RETURNS trigger LANGUAGE plpgsql AS $$
+	`CREATE OR REPLACE FUNCTION lineage_keep_mark() RETURNS trigger LANGUAGE plpgsql AS $$
 	BEGIN
-		IF NEW.size < OLD.size THEN
-			RAISE EXCEPTION 'lineage: the checkpoint mark of % only rises (% to %)',
-				OLD.agent, OLD.size, NEW.size USING ERRCODE = 'restrict_violation';
+		IF TG_OP = 'UPDATE' AND NEW.size > OLD.size THEN
+			RETURN NEW;
 		END IF;
-		RETURN NEW;
+		RAISE EXCEPTION 'lineage: % on %: a checkpoint mark only rises, it is never lowered or removed',
+			TG_OP, TG_TABLE_NAME USING ERRCODE = 'restrict_violation';
 	END
 	$$`,
-	`DO $$ BEGIN
-		IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'lineage_checkpoints_only_rise' AND tgrelid = 'lineage_checkpoints'::regclass) THEN
-			CREATE TRIGGER lineage_checkpoints_only_rise BEFORE UPDATE ON lineage_checkpoints FOR EACH ROW EXECUTE FUNCTION lineage_refuse_lower_mark();
-		END IF;
-	END $$`,
-	refuseTrigger("lineage_checkpoints", "row", "DELETE"),
-	refuseTrigger("lineage_checkpoints", "statement", "TRUNCATE"),
+	triggerNamed("lineage_checkpoints_only_rise_row", "lineage_checkpoints", "row", "UPDATE OR DELETE", "lineage_keep_mark"),
+	triggerNamed("lineage_checkpoints_only_rise_statement", "lineage_checkpoints", "statement", "TRUNCATE", "lineage_keep_mark"),
 }
 
 // refuseTrigger creates, unless it exists, the trigger that refuses events on
 // table (CREATE OR REPLACE TRIGGER needs PostgreSQL 14; §12 promises 13).
 func refuseTrigger(table, level, events string) string {
-	name := table + "_append_only_" + level
+	return triggerNamed(table+"_append_only_"+level, table, level, events, "lineage_refuse_change")
+}
+
+// triggerNamed creates, unless it exists, the trigger name on table that
+// runs fn before events.
+func triggerNamed(name, table, level, events, fn string) string {
 	return fmt.Sprintf(`DO $$ BEGIN
 		IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = '%[1]s' AND tgrelid = '%[2]s'::regclass) THEN
-			CREATE TRIGGER %[1]s BEFORE %[3]s ON %[2]s FOR EACH %[4]s EXECUTE FUNCTION lineage_refuse_change();
+			CREATE TRIGGER %[1]s BEFORE %[3]s ON %[2]s FOR EACH %[4]s EXECUTE FUNCTION %[5]s();
 		END IF;
-	END $$`, name, table, events, level)
+	END $$`, name, table, events, level, fn)
 }
 
 // Init creates the store's schema in the database at url (what `lineagec

@@ -134,8 +134,9 @@ type File struct {
 	// in the journal, and Scan, Append and Create report the damage.
 	damaged map[string]error
 
-	marksMu  sync.Mutex // serializes StoreMark
-	marksDir *os.File   // MarksDir, once StoreMark made it
+	markLocks sync.Map   // agent id → *sync.Mutex: one StoreMark at a time
+	marksMu   sync.Mutex // guards marksDir
+	marksDir  *os.File   // MarksDir, once StoreMark made it
 
 	closed  atomic.Bool
 	active  atomic.Int64  // calls in progress

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // Mark is the size and head of the last checkpoint a node signed of an
@@ -72,8 +73,14 @@ func (s *File) StoreMark(agent string, m Mark) error {
 	if s.opts.ReadOnly {
 		return fmt.Errorf("%w: checkpoint mark of %s in %s", ErrReadOnly, agent, s.dir)
 	}
-	s.marksMu.Lock()
-	defer s.marksMu.Unlock()
+	if err := checkAgent(agent); err != nil {
+		return err
+	}
+	// One writer an agent; agents' marks are synced in parallel.
+	v, _ := s.markLocks.LoadOrStore(agent, new(sync.Mutex))
+	mu := v.(*sync.Mutex)
+	mu.Lock()
+	defer mu.Unlock()
 	old, err := s.LoadMark(agent)
 	if err != nil {
 		return err
@@ -82,28 +89,40 @@ func (s *File) StoreMark(agent string, m Mark) error {
 		return nil
 	}
 	dir := filepath.Join(s.dir, MarksDir)
-	if s.marksDir == nil {
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("store: checkpoint marks: %w", err)
-		}
-		if err := syncDir(s.dirF); err != nil {
-			return fmt.Errorf("store: checkpoint marks: %w", err)
-		}
-		d, err := os.Open(dir)
-		if err != nil {
-			return fmt.Errorf("store: checkpoint marks: %w", err)
-		}
-		s.marksDir = d
+	marksDir, err := s.openMarksDir(dir)
+	if err != nil {
+		return err
 	}
 	b, _ := json.Marshal(m)
 	path := filepath.Join(dir, agent+".json")
 	t, err := replaceFile(path, append(b, '\n'))
 	if err == nil {
 		t.Close()
-		err = syncDir(s.marksDir)
+		err = syncDir(marksDir)
 	}
 	if err != nil {
 		return fmt.Errorf("store: %s: checkpoint mark: %w", agent, err)
 	}
 	return nil
+}
+
+// openMarksDir makes MarksDir, durably, the first time, and returns it open.
+func (s *File) openMarksDir(dir string) (*os.File, error) {
+	s.marksMu.Lock()
+	defer s.marksMu.Unlock()
+	if s.marksDir != nil {
+		return s.marksDir, nil
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("store: checkpoint marks: %w", err)
+	}
+	if err := syncDir(s.dirF); err != nil {
+		return nil, fmt.Errorf("store: checkpoint marks: %w", err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("store: checkpoint marks: %w", err)
+	}
+	s.marksDir = d
+	return d, nil
 }

@@ -2,9 +2,11 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -64,4 +66,23 @@ func BenchmarkFileStoreMark(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkFileStoreMarkParallel: marks of different agents, kept at once.
+func BenchmarkFileStoreMarkParallel(b *testing.B) {
+	s := openFile(b, b.TempDir(), FileOptions{})
+	defer s.Close()
+	var next atomic.Int64
+	b.SetParallelism(16)
+	b.RunParallel(func(pb *testing.PB) {
+		agent := fmt.Sprintf("agt_%d", next.Add(1))
+		var n uint64
+		for pb.Next() {
+			n++
+			if err := s.StoreMark(agent, Mark{Size: n, Head: headA}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

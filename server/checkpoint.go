@@ -349,7 +349,7 @@ func (s *Server) extend(sl *signedLog, last *checkpoint.Checkpoint, upto uint64)
 			if err != nil {
 				return nil, err
 			}
-			if why := belowMark(mark, st.size, func(seq uint64) string { return hashes[seq] }); why != "" {
+			if why := mark.Shortfall(st.size, func(seq uint64) string { return hashes[seq] }); why != "" {
 				return nil, newError(http.StatusInternalServerError, CodeCheckpointDiverged, fmt.Sprintf("agent %s: %s", agent, why))
 			}
 			if st.size < 2 {
@@ -392,23 +392,6 @@ func (s *Server) extend(sl *signedLog, last *checkpoint.Checkpoint, upto uint64)
 		}
 	}
 	return cur, nil
-}
-
-// belowMark says why a log of size records, whose record seq has the hash
-// hashAt(seq), does not extend the mark (the last checkpoint signed of it);
-// "" if it does, or if there is no mark.
-func belowMark(mark store.Mark, size uint64, hashAt func(seq uint64) string) string {
-	switch {
-	case mark.Size == 0:
-		return ""
-	case size < mark.Size:
-		return fmt.Sprintf("the log has %d records, and this node signed a checkpoint of %d (head %s): records %d to %d were lost from the store",
-			size, mark.Size, mark.Head, size, mark.Size-1)
-	case hashAt(mark.Size-1) != mark.Head:
-		return fmt.Sprintf("record %d has hash %s, and this node signed a checkpoint of %d records with head %s: the log was rewritten",
-			mark.Size-1, hashAt(mark.Size-1), mark.Size, mark.Head)
-	}
-	return ""
 }
 
 // raiseMark keeps c's size and head as the agent's mark (Config.Marks)

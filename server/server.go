@@ -683,7 +683,7 @@ func (s *Server) verifyOf(agent string) (verifyResult, error) {
 		if err != nil {
 			return verifyResult{}, err
 		}
-		if why := belowMark(mark, uint64(n), func(seq uint64) string { return recs[seq].Hash }); why != "" {
+		if why := mark.Shortfall(uint64(n), func(seq uint64) string { return recs[seq].Hash }); why != "" {
 			seq := min(uint64(n), mark.Size-1)
 			return verifyResult{Seq: &seq, Message: CodeCheckpointDiverged + ": " + why}, nil
 		}

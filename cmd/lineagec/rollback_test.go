@@ -214,6 +214,10 @@ func TestServeRollbackRefusedAtMark(t *testing.T) {
 		}
 		g.stop(syscall.SIGTERM)
 	}
+	// The CLI's verify of the data directory says the same.
+	if code, out := lineagec(t, "verify", g.agent, "--data", g.data); code == 0 || !strings.Contains(out, "damaged at seq 3: checkpoint_diverged") {
+		t.Errorf("lineagec verify: exit %d, %q; want 1 and checkpoint_diverged at seq 3", code, out)
+	}
 }
 
 // TestServeRollbackReportedLost: the reproduction with the journal destroyed
@@ -231,7 +235,6 @@ func TestServeRollbackReportedLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.start(t)
-	defer g.stop(syscall.SIGTERM)
 	ctx := context.Background()
 	v, err := g.admin.Verify(ctx, g.agent)
 	if err != nil || v.OK || v.Seq == nil || *v.Seq != 3 || !strings.Contains(v.Message, "records 3 to 5 are lost") {
@@ -242,5 +245,9 @@ func TestServeRollbackReportedLost(t *testing.T) {
 	}
 	if vd, err := g.admin.Request(ctx, g.agent, lineage.Request{Tool: "pay", Args: map[string]any{"amount": 1}}); err == nil {
 		t.Errorf("a request on the damaged log was decided: %+v", vd)
+	}
+	g.stop(syscall.SIGTERM)
+	if code, out := lineagec(t, "verify", g.agent, "--data", g.data); code == 0 || !strings.Contains(out, "damaged at seq 3: records 3 to 5 are lost") {
+		t.Errorf("lineagec verify: exit %d, %q; want 1 and the damage at seq 3", code, out)
 	}
 }

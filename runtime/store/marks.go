@@ -19,6 +19,23 @@ type Mark struct {
 	Head string `json:"head"`
 }
 
+// Shortfall says why a log of size records, whose record seq has the hash
+// hashAt(seq), does not extend the mark; "" if it does, or if there is no
+// mark. The server and the CLI's verify both judge a log by it.
+func (m Mark) Shortfall(size uint64, hashAt func(seq uint64) string) string {
+	switch {
+	case m.Size == 0:
+		return ""
+	case size < m.Size:
+		return fmt.Sprintf("the log has %d records, and a checkpoint of %d (head %s) was signed of it: records %d to %d were lost from the store",
+			size, m.Size, m.Head, size, m.Size-1)
+	case hashAt(m.Size-1) != m.Head:
+		return fmt.Sprintf("record %d has hash %s, and a checkpoint of %d records with head %s was signed of it: the log was rewritten",
+			m.Size-1, hashAt(m.Size-1), m.Size, m.Head)
+	}
+	return ""
+}
+
 // Marks keeps each agent's Mark across restarts. A store that can keep them
 // implements it (the file store in its directory, PostgreSQL in a table
 // every node shares); the server reads an agent's mark when it first meets

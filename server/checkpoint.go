@@ -394,6 +394,50 @@ func (s *Server) extend(sl *signedLog, last *checkpoint.Checkpoint, upto uint64)
 	return cur, nil
 }
 
+// checkMark refuses (checkpoint_diverged) to decide on a log that does not
+// extend the last checkpoint signed of it (D256 (a log below its mark is not
+// decided on)): checked the first time the process decides for the agent,
+// then remembered.
+func (s *Server) checkMark(ctx context.Context, agent string) error {
+	if s.cfg.Marks == nil {
+		return nil
+	}
+	if _, ok := s.vetted.Load(agent); ok {
+		return nil
+	}
+	mark, err := s.cfg.Marks.LoadMark(agent)
+	if err != nil || mark.Size == 0 {
+		if err == nil && s.rt.IsLoaded(agent) {
+			// Remembered only for an agent that exists (its first request
+			// loads it), so that unknown names fill no memory.
+			s.vetted.Store(agent, struct{}{})
+		}
+		return err
+	}
+	st, err := s.rt.State(ctx, agent)
+	if err != nil {
+		return err
+	}
+	size, atMark := st.Seq+1, st.Head
+	if size > mark.Size {
+		err := s.rt.ChainHashes(agent, mark.Size, func(seq uint64, hash string, _ lineage.Kind) error {
+			if seq == mark.Size-1 {
+				atMark = hash
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if why := mark.Shortfall(size, func(uint64) string { return atMark }); why != "" {
+		s.log.Error("checkpoint: the log no longer extends the last signed checkpoint", "agent", agent, "reason", why)
+		return newError(http.StatusInternalServerError, CodeCheckpointDiverged, fmt.Sprintf("agent %s: %s", agent, why))
+	}
+	s.vetted.Store(agent, struct{}{})
+	return nil
+}
+
 // raiseMark keeps c's size and head as the agent's mark (Config.Marks)
 // before the note is handed out: a checkpoint no restart can forget.
 func (s *Server) raiseMark(agent string, c checkpoint.Checkpoint) error {

@@ -70,6 +70,10 @@ type Server struct {
 	mux   *http.ServeMux
 	names sync.Map // agent id → genesis name (never changes)
 	ckpts signedLogs
+
+	// vetted: agents whose log was found to extend its checkpoint mark
+	// (checkMark), once a process.
+	vetted sync.Map
 }
 
 // New builds a server. Close it to end its event streams and waits.
@@ -444,6 +448,9 @@ func (s *Server) request(w http.ResponseWriter, r *http.Request, _ Principal) er
 	if b.At != nil {
 		return newError(http.StatusBadRequest, CodeBadRequest, "/at: the server's clock gives the time of a request; leave at out")
 	}
+	if err := s.checkMark(r.Context(), agent); err != nil {
+		return err
+	}
 	start := time.Now()
 	v, err := s.rt.Request(r.Context(), agent, lineage.Request{ID: b.ID, Tool: b.Tool, Args: b.Args})
 	if err != nil {
@@ -562,6 +569,9 @@ func (s *Server) decidePending(w http.ResponseWriter, r *http.Request, p Princip
 	agent, id := r.PathValue("agent"), r.PathValue("id")
 	if err := noBody(w, r); err != nil {
 		return badRequest(err)
+	}
+	if err := s.checkMark(r.Context(), agent); err != nil {
+		return err
 	}
 	v, err := s.decideAs(r.Context(), p, agent, id, decide)
 	if err != nil {

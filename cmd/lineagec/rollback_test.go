@@ -174,6 +174,9 @@ func TestServeRollbackRestored(t *testing.T) {
 				if c := g.checkpoint(t); c.Size != 6 || c.Head != g.head {
 					t.Fatalf("checkpoint after restart: %d records, head %s; want 6, %s", c.Size, c.Head, g.head)
 				}
+				if vd, err := g.admin.Request(ctx, g.agent, lineage.Request{Tool: "pay", Args: map[string]any{"amount": 1}}); err != nil || vd.Seq != 6 {
+					t.Fatalf("a request after restart: %+v %v, want decided at seq 6", vd, err)
+				}
 			})
 		}
 	}
@@ -211,6 +214,9 @@ func TestServeRollbackRefusedAtMark(t *testing.T) {
 		v, err := g.admin.Verify(ctx, g.agent)
 		if err != nil || v.OK || v.Seq == nil || *v.Seq != 3 || !strings.Contains(v.Message, "checkpoint_diverged") {
 			t.Errorf("round %d: verify: %+v %v, want not ok at seq 3, checkpoint_diverged", round, v, err)
+		}
+		if vd, err := g.admin.Request(ctx, g.agent, lineage.Request{Tool: "pay", Args: map[string]any{"amount": 1}}); !errors.As(err, &ce) || ce.Code != "checkpoint_diverged" {
+			t.Errorf("round %d: a request on the log cut to 3: %+v %v, want checkpoint_diverged", round, vd, err)
 		}
 		g.stop(syscall.SIGTERM)
 	}

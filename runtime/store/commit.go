@@ -350,8 +350,9 @@ func (c *committer) noteLogged(l *fileLog) {
 // checkLogged reads back, from each log's file as the directory now names
 // it, the bytes the journal holds since the last checkpoint: a log that was
 // cut back, edited or replaced under the store lacks them. Its damage is
-// returned, naming the agent and the first record the log no longer holds as
-// acknowledged.
+// returned, naming the agent and the first record of the run of records that
+// differs (the log holds a record at or after it differently, or not at all;
+// Close names the first lost record of a cut, see noteIfShrunk).
 func (c *committer) checkLogged() error {
 	var errs []error
 	buf := make([]byte, 1<<20)
@@ -374,7 +375,7 @@ func (c *committer) checkLogged() error {
 			}
 			if off != r.end || crc != r.crc {
 				errs = append(errs, &DamageError{Agent: l.agent, Path: l.path, Seq: r.first, Offset: r.off,
-					Reason: "the log changed under the store (cut back or edited): it no longer holds, from this record on, the records the store acknowledged; the journal, which holds them, is kept, and reopening the store restores them"})
+					Reason: "the log changed under the store (cut back or edited) at this record or after it: it no longer holds every record the store acknowledged; the journal, which holds them from here on, is kept, and reopening the store restores them"})
 				break
 			}
 		}

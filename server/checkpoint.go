@@ -15,6 +15,7 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/checkpoint"
 	"github.com/lineage-guard/lineage/runtime"
+	"github.com/lineage-guard/lineage/runtime/store"
 )
 
 // This file serves provable history (docs/history.md): the signed checkpoint of an
@@ -279,6 +280,9 @@ func (s *Server) bringUp(sl *signedLog) {
 		if c, err = st.g.Checkpoint(); err == nil {
 			var n []byte
 			if n, err = checkpoint.Sign(c, s.cfg.CheckpointSigner); err == nil {
+				err = s.raiseMark(sl.agent, c)
+			}
+			if err == nil {
 				s.ckpts.signed.Add(1)
 				last, note = &c, n
 			}
@@ -324,10 +328,29 @@ func (s *Server) extend(sl *signedLog, last *checkpoint.Checkpoint, upto uint64)
 	if last == nil || cur == nil || cur.size < last.Size {
 		st := &merkleState{g: checkpoint.NewGrowing(agent)}
 		if last == nil { // first meeting: the whole log, strictly
+			// The last checkpoint signed before a restart (or by another
+			// node of a shared store) bounds it from below (D252 (the
+			// signed size checked when an agent is met)).
+			var mark store.Mark
+			if s.cfg.Marks != nil {
+				var err error
+				if mark, err = s.cfg.Marks.LoadMark(agent); err != nil {
+					return nil, err
+				}
+			}
+			hashes := map[uint64]string{}
 			// From genesis the fold's checks all run: to the log's end.
-			err := s.rt.VerifyTail(agent, 0, 0, "", "", func(rec lineage.Record) error { return st.add(rec.Seq, rec.Hash, rec.Kind) })
+			err := s.rt.VerifyTail(agent, 0, 0, "", "", func(rec lineage.Record) error {
+				if mark.Size > 0 && rec.Seq == mark.Size-1 {
+					hashes[rec.Seq] = rec.Hash
+				}
+				return st.add(rec.Seq, rec.Hash, rec.Kind)
+			})
 			if err != nil {
 				return nil, err
+			}
+			if why := mark.Shortfall(st.size, func(seq uint64) string { return hashes[seq] }); why != "" {
+				return nil, newError(http.StatusInternalServerError, CodeCheckpointDiverged, fmt.Sprintf("agent %s: %s", agent, why))
 			}
 			if st.size < 2 {
 				return nil, newError(http.StatusInternalServerError, CodeCorrupt, fmt.Sprintf("agent %s: the log ends before its policy record", agent))
@@ -369,6 +392,63 @@ func (s *Server) extend(sl *signedLog, last *checkpoint.Checkpoint, upto uint64)
 		}
 	}
 	return cur, nil
+}
+
+// checkMark refuses (checkpoint_diverged) to decide on a log that does not
+// extend the last checkpoint signed of it (D256 (a log below its mark is not
+// decided on)): checked the first time the process decides for the agent,
+// then remembered.
+func (s *Server) checkMark(ctx context.Context, agent string) error {
+	if s.cfg.Marks == nil {
+		return nil
+	}
+	if _, ok := s.vetted.Load(agent); ok {
+		return nil
+	}
+	mark, err := s.cfg.Marks.LoadMark(agent)
+	if err != nil || mark.Size == 0 {
+		if err == nil && s.rt.IsLoaded(agent) {
+			// Remembered only for an agent that exists (its first request
+			// loads it), so that unknown names fill no memory.
+			s.vetted.Store(agent, struct{}{})
+		}
+		return err
+	}
+	st, err := s.rt.State(ctx, agent)
+	if err != nil {
+		return err
+	}
+	size, atMark := st.Seq+1, st.Head
+	if size > mark.Size {
+		err := s.rt.ChainHashes(agent, mark.Size, func(seq uint64, hash string, _ lineage.Kind) error {
+			if seq == mark.Size-1 {
+				atMark = hash
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if why := mark.Shortfall(size, func(uint64) string { return atMark }); why != "" {
+		s.log.Error("checkpoint: the log no longer extends the last signed checkpoint", "agent", agent, "reason", why)
+		return newError(http.StatusInternalServerError, CodeCheckpointDiverged, fmt.Sprintf("agent %s: %s", agent, why))
+	}
+	s.vetted.Store(agent, struct{}{})
+	return nil
+}
+
+// raiseMark keeps c's size and head as the agent's mark (Config.Marks)
+// before the note is handed out: a checkpoint no restart can forget.
+func (s *Server) raiseMark(agent string, c checkpoint.Checkpoint) error {
+	if s.cfg.Marks == nil {
+		return nil
+	}
+	if err := s.cfg.Marks.StoreMark(agent, store.Mark{Size: c.Size, Head: c.Head}); err != nil {
+		return newError(http.StatusServiceUnavailable, CodeUnavailable, fmt.Sprintf(
+			"agent %s: the checkpoint of %d records could not be kept before it is handed out: %v", agent, c.Size, err))
+	}
+	return nil
 }
 
 func diverged(agent string, last *checkpoint.Checkpoint, why string) error {

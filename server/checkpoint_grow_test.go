@@ -36,7 +36,7 @@ func startGrowing(t *testing.T, interval time.Duration, maxAgents int) (*env, no
 			edit(cfg)
 		}))
 	t.Cleanup(svc.Server.Close)
-	e := &env{t: t, url: svc.URL, dir: svc.Dir, srv: svc.Server, logs: logs, store: svc.File, hs: svc.HTTP,
+	e := &env{t: t, url: svc.URL, dir: svc.Dir, srv: svc.Server, logs: logs, store: svc.File, hs: svc.HTTP, svc: svc,
 		tokens: map[string]string{"admin": svc.AdminToken, "approver": svc.ApproverToken}}
 	e.admin = e.client(svc.AdminToken)
 	e.approver = e.client(svc.ApproverToken)
@@ -140,6 +140,7 @@ func TestCheckpointsCoalesce(t *testing.T) {
 // chain after it; the forged log verifies as a chain.
 func forgeRecord(t *testing.T, e *env, agent string, k int) {
 	t.Helper()
+	e.svc.DamageExpected = true // the store's Close reports the rewrite
 	file := filepath.Join(e.dir, agent+".jsonl")
 	b, err := os.ReadFile(file)
 	if err != nil {

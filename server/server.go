@@ -50,6 +50,11 @@ type Config struct {
 	// a negative AgentRPS no quota.
 	AgentRPS   float64
 	AgentBurst int
+	// Marks, if set, keeps across restarts the size and head of the last
+	// checkpoint the server signed of each agent (the store's, see
+	// store.Marks): a log that does not extend it is refused
+	// (checkpoint_diverged) by the checkpoint, proof and verify routes.
+	Marks store.Marks
 }
 
 // MaxWait is the longest ?wait= on a request.
@@ -71,6 +76,10 @@ type Server struct {
 	mux   *http.ServeMux
 	names sync.Map // agent id → genesis name (never changes)
 	ckpts signedLogs
+
+	// vetted: agents whose log was found to extend its checkpoint mark
+	// (checkMark), once a process.
+	vetted sync.Map
 }
 
 // New builds a server. Close it to end its event streams and waits.
@@ -456,6 +465,9 @@ func (s *Server) request(w http.ResponseWriter, r *http.Request, _ Principal) er
 	if b.At != nil {
 		return newError(http.StatusBadRequest, CodeBadRequest, "/at: the server's clock gives the time of a request; leave at out")
 	}
+	if err := s.checkMark(r.Context(), agent); err != nil {
+		return err
+	}
 	start := time.Now()
 	v, err := s.rt.Request(r.Context(), agent, lineage.Request{ID: b.ID, Tool: b.Tool, Args: b.Args})
 	if err != nil {
@@ -591,6 +603,9 @@ func (s *Server) decidePending(w http.ResponseWriter, r *http.Request, p Princip
 	if err != nil {
 		return badRequest(err)
 	}
+	if err := s.checkMark(r.Context(), agent); err != nil {
+		return err
+	}
 	v, err := s.decideAs(r.Context(), p, agent, id, note, decide)
 	if err != nil {
 		return err
@@ -706,6 +721,16 @@ func (s *Server) verifyOf(agent string) (verifyResult, error) {
 		return verifyResult{Seq: &seq, Message: "log ends before its policy record"}, nil
 	}
 	n := len(recs)
+	if s.cfg.Marks != nil {
+		mark, err := s.cfg.Marks.LoadMark(agent)
+		if err != nil {
+			return verifyResult{}, err
+		}
+		if why := mark.Shortfall(uint64(n), func(seq uint64) string { return recs[seq].Hash }); why != "" {
+			seq := min(uint64(n), mark.Size-1)
+			return verifyResult{Seq: &seq, Message: CodeCheckpointDiverged + ": " + why}, nil
+		}
+	}
 	return verifyResult{OK: true, Records: &n, Head: recs[n-1].Hash}, nil
 }
 

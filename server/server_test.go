@@ -39,6 +39,7 @@ type env struct {
 	logs     *syncBuffer
 	agents   map[string]string // agent id → token
 	store    *store.File
+	svc      *servertest.Service
 	hs       *http.Server
 }
 
@@ -54,7 +55,7 @@ func startWith(t testing.TB, edit func(*server.Config)) *env {
 			edit(cfg)
 		}
 	}))
-	e := &env{t: t, url: svc.URL, dir: svc.Dir, srv: svc.Server, logs: logs, store: svc.File, hs: svc.HTTP,
+	e := &env{t: t, url: svc.URL, dir: svc.Dir, srv: svc.Server, logs: logs, store: svc.File, hs: svc.HTTP, svc: svc,
 		tokens: map[string]string{"admin": svc.AdminToken, "approver": svc.ApproverToken}}
 	e.admin = e.client(svc.AdminToken)
 	e.approver = e.client(svc.ApproverToken)

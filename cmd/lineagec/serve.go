@@ -187,8 +187,12 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		MaxAgents:   p.maxAgents,
 		IdleTimeout: p.idle,
 	})
+	// The size and head of the last checkpoint signed of each agent, kept by
+	// the store (the data directory, or the shared database).
+	marks, _ := st.(store.Marks)
 	srv, err := server.New(server.Config{Runtime: rt, Principals: principals, Key: key,
-		Logger: slog.New(handler), SyncStats: syncStats, CheckpointSigner: signer, AgentRPS: rps, AgentBurst: p.burst})
+		Logger: slog.New(handler), SyncStats: syncStats, CheckpointSigner: signer, AgentRPS: rps, AgentBurst: p.burst,
+		Marks: marks})
 	if err != nil {
 		return err
 	}

@@ -98,6 +98,25 @@ func runVerify(p verifyParams, args []string, stdout, stderr io.Writer) error {
 		if err != nil && !isDamage(err) {
 			return s.agentError(target, err)
 		}
+		if err == nil {
+			// A log shorter than a checkpoint a server signed of it is
+			// not ok (D252 (the signed size checked when an agent is met)).
+			if m, ok := s.st.(store.Marks); ok {
+				mark, merr := m.LoadMark(target)
+				if merr != nil && !isDamage(merr) {
+					return merr
+				}
+				err = merr
+				if why := mark.Shortfall(uint64(len(recs)), func(seq uint64) string { return recs[seq].Hash }); merr == nil && why != "" {
+					seq := min(uint64(len(recs)), mark.Size-1)
+					res := verifyResult{Records: len(recs), BadSeq: &seq, Reason: "checkpoint_diverged: " + why}
+					if len(recs) > 0 {
+						res.Head = recs[len(recs)-1].Hash
+					}
+					return writeVerifyResult(stdout, p.format, res)
+				}
+			}
+		}
 	}
 	res := verifyResult{OK: true, Records: len(recs)}
 	if len(recs) > 0 {

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,20 @@ type committer struct {
 	noCheckpoint bool
 	cpErr        error // the first failed checkpoint's error, reported by Close
 	checkpoints  atomic.Int64
+	// logged is where each log holds the records of the journal's entries
+	// since the last checkpoint (the kept part aside): a checkpoint empties
+	// the journal only once every log is seen to hold them, so that a log cut
+	// back or edited under the store never loses the journal's copy (D250
+	// (a journal outlives a log that lost its records)).
+	logged map[*fileLog][]loggedRun
+}
+
+// loggedRun is a run of bytes of one log that the journal holds too: the
+// lines of records first... at [off, end), with their CRC-32C.
+type loggedRun struct {
+	first    uint64
+	off, end int64
+	crc      uint32
 }
 
 func newCommitter(s *File, mode SyncMode, journal *os.File, kept, checkpoint int64) *committer {
@@ -304,7 +319,69 @@ func (c *committer) syncJournal(batch []*fileLog) {
 	c.jsize += int64(len(buf))
 	for _, l := range ok {
 		l.req.err = nil
+		if len(l.req.lines) > 0 {
+			c.noteLogged(l)
+		}
 	}
+}
+
+// noteLogged records where l's journaled lines lie in its log. l's owner
+// holds l.mu and has written the lines at l.size (after the newline the last
+// record lacked, if it did).
+func (c *committer) noteLogged(l *fileLog) {
+	if c.logged == nil {
+		c.logged = map[*fileLog][]loggedRun{}
+	}
+	off := l.size
+	if l.nl {
+		off++
+	}
+	end := off + int64(len(l.req.lines))
+	runs := c.logged[l]
+	if n := len(runs); n > 0 && runs[n-1].end == off {
+		runs[n-1].end = end
+		runs[n-1].crc = crc32.Update(runs[n-1].crc, castagnoli, l.req.lines)
+		return
+	}
+	c.logged[l] = append(runs, loggedRun{first: l.req.firstSeq, off: off, end: end,
+		crc: crc32.Checksum(l.req.lines, castagnoli)})
+}
+
+// checkLogged reads back, from each log's file as the directory now names
+// it, the bytes the journal holds since the last checkpoint: a log that was
+// cut back, edited or replaced under the store lacks them. Its damage is
+// returned, naming the agent and the first record of the run of records that
+// differs (the log holds a record at or after it differently, or not at all;
+// Close names the first lost record of a cut, see noteIfShrunk).
+func (c *committer) checkLogged() error {
+	var errs []error
+	buf := make([]byte, 1<<20)
+	for l, runs := range c.logged {
+		f, err := os.Open(l.path)
+		if err != nil {
+			errs = append(errs, &DamageError{Agent: l.agent, Path: l.path, Seq: runs[0].first, Offset: runs[0].off,
+				Reason: fmt.Sprintf("the log cannot be read back (%v): the journal, which holds its records from %d, is kept", err, runs[0].first)})
+			continue
+		}
+		for _, r := range runs {
+			crc, off := uint32(0), r.off
+			for off < r.end {
+				n, err := f.ReadAt(buf[:min(int64(len(buf)), r.end-off)], off)
+				crc = crc32.Update(crc, castagnoli, buf[:n])
+				off += int64(n)
+				if err != nil {
+					break
+				}
+			}
+			if off != r.end || crc != r.crc {
+				errs = append(errs, &DamageError{Agent: l.agent, Path: l.path, Seq: r.first, Offset: r.off,
+					Reason: "the log changed under the store (cut back or edited) at this record or after it: it no longer holds every record the store acknowledged; the journal, which holds them from here on, is kept, and reopening the store restores them"})
+				break
+			}
+		}
+		f.Close()
+	}
+	return errors.Join(errs...)
 }
 
 // checkpointNow makes every log durable (one syncfs) and empties the journal
@@ -317,6 +394,14 @@ func (c *committer) checkpointNow() error {
 		}
 		return c.cpErr
 	}
+	if err := c.checkLogged(); err != nil {
+		// Keep the journal whole until the store is reopened and replays it.
+		c.noCheckpoint = true
+		if c.cpErr == nil {
+			c.cpErr = fmt.Errorf("store: checkpoint: the journal is kept: %w", err)
+		}
+		return c.cpErr
+	}
 	if err := c.journal.Truncate(c.jkept); err != nil {
 		c.jerr = fmt.Errorf("%w: journal: checkpoint: %v", ErrBroken, err)
 		return c.jerr
@@ -326,6 +411,7 @@ func (c *committer) checkpointNow() error {
 		return c.jerr
 	}
 	c.jsize = c.jkept
+	clear(c.logged)
 	c.checkpoints.Add(1)
 	return nil
 }

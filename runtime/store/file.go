@@ -134,6 +134,10 @@ type File struct {
 	// in the journal, and Scan, Append and Create report the damage.
 	damaged map[string]error
 
+	markLocks sync.Map   // agent id → *sync.Mutex: one StoreMark at a time
+	marksMu   sync.Mutex // guards marksDir
+	marksDir  *os.File   // MarksDir, once StoreMark made it
+
 	closed  atomic.Bool
 	active  atomic.Int64  // calls in progress
 	drained chan struct{} // cap 1: active reached 0 after closed was set
@@ -262,6 +266,21 @@ func OpenFile(dir string, opts FileOptions) (*File, error) {
 			}
 		case !errors.Is(serr, fs.ErrNotExist):
 			return fail(fmt.Errorf("store: journal: %w", serr))
+		}
+	}
+	lost, err := s.readLost()
+	if err != nil {
+		if journal != nil {
+			journal.Close()
+		}
+		return fail(err)
+	}
+	for agent, err := range lost {
+		if _, ok := s.damaged[agent]; !ok {
+			if s.damaged == nil {
+				s.damaged = map[string]error{}
+			}
+			s.damaged[agent] = err
 		}
 	}
 	s.commit = newCommitter(s, mode, journal, kept, opts.CheckpointBytes)
@@ -765,6 +784,9 @@ func (s *File) Close() error {
 	s.logs.Range(func(_, v any) bool {
 		l := v.(*fileLog)
 		l.mu.Lock()
+		if err := s.noteIfShrunk(l); err != nil {
+			errs = append(errs, err)
+		}
 		if l.f != nil {
 			s.handles.remove(l)
 			if err := l.f.Close(); err != nil {
@@ -775,6 +797,9 @@ func (s *File) Close() error {
 		l.mu.Unlock()
 		return true
 	})
+	if s.marksDir != nil {
+		s.marksDir.Close()
+	}
 	if err := s.dirF.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("store: close %s: %w", s.dir, err))
 	}

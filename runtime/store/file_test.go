@@ -391,7 +391,9 @@ func TestFileDirGone(t *testing.T) {
 		t.Errorf("Scan: %v, want ErrNotFound", err)
 	}
 	_ = s.Append("agt_a", 2, rec("agt_a", 2)) // the open handle may still work
-	if err := s.Close(); err != nil {
+	// A log gone with acknowledged records is damage Close reports (D250 (a
+	// journal outlives a log that lost its records)); nothing else may fail.
+	if err := s.Close(); err != nil && (!errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "agt_a")) {
 		t.Errorf("Close: %v", err)
 	}
 }

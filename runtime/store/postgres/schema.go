@@ -38,17 +38,42 @@ var schema = []string{
 	refuseTrigger("lineage_records", "statement", "TRUNCATE"),
 	refuseTrigger("lineage_agents", "row", "UPDATE OR DELETE"),
 	refuseTrigger("lineage_agents", "statement", "TRUNCATE"),
+	// The size and head of the last checkpoint a node signed of each agent's
+	// log, shared by the nodes: it only rises (D254 (the signed size shared
+	// by the nodes)).
+	`CREATE TABLE IF NOT EXISTS lineage_checkpoints (
+		agent text COLLATE "C" PRIMARY KEY
+		      CHECK (agent ~ '^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$'),
+		size  bigint NOT NULL CHECK (size > 0),
+		head  text NOT NULL CHECK (head ~ '^sha256:[0-9a-f]{64}$')
+	)`,
+	`CREATE OR REPLACE FUNCTION lineage_keep_mark() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		IF TG_OP = 'UPDATE' AND NEW.size > OLD.size THEN
+			RETURN NEW;
+		END IF;
+		RAISE EXCEPTION 'lineage: % on %: a checkpoint mark only rises, it is never lowered or removed',
+			TG_OP, TG_TABLE_NAME USING ERRCODE = 'restrict_violation';
+	END
+	$$`,
+	triggerNamed("lineage_checkpoints_only_rise_row", "lineage_checkpoints", "row", "UPDATE OR DELETE", "lineage_keep_mark"),
+	triggerNamed("lineage_checkpoints_only_rise_statement", "lineage_checkpoints", "statement", "TRUNCATE", "lineage_keep_mark"),
 }
 
 // refuseTrigger creates, unless it exists, the trigger that refuses events on
 // table (CREATE OR REPLACE TRIGGER needs PostgreSQL 14; §12 promises 13).
 func refuseTrigger(table, level, events string) string {
-	name := table + "_append_only_" + level
+	return triggerNamed(table+"_append_only_"+level, table, level, events, "lineage_refuse_change")
+}
+
+// triggerNamed creates, unless it exists, the trigger name on table that
+// runs fn before events.
+func triggerNamed(name, table, level, events, fn string) string {
 	return fmt.Sprintf(`DO $$ BEGIN
 		IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = '%[1]s' AND tgrelid = '%[2]s'::regclass) THEN
-			CREATE TRIGGER %[1]s BEFORE %[3]s ON %[2]s FOR EACH %[4]s EXECUTE FUNCTION lineage_refuse_change();
+			CREATE TRIGGER %[1]s BEFORE %[3]s ON %[2]s FOR EACH %[4]s EXECUTE FUNCTION %[5]s();
 		END IF;
-	END $$`, name, table, events, level)
+	END $$`, name, table, events, level, fn)
 }
 
 // Init creates the store's schema in the database at url (what `lineagec
@@ -90,13 +115,15 @@ func createSchema(ctx context.Context, db execer) error {
 	return nil
 }
 
-// hasSchema reports whether both tables exist.
+// hasSchema reports whether every table exists (a database made before
+// lineage_checkpoints gets it at the next Open, or from store init).
 func hasSchema(ctx context.Context, db interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }) (bool, error) {
 	var ok bool
 	err := db.QueryRow(ctx, `SELECT to_regclass('lineage_agents') IS NOT NULL
-		AND to_regclass('lineage_records') IS NOT NULL`).Scan(&ok)
+		AND to_regclass('lineage_records') IS NOT NULL
+		AND to_regclass('lineage_checkpoints') IS NOT NULL`).Scan(&ok)
 	if err != nil {
 		return false, mapErr(err, "looking for the schema", "")
 	}

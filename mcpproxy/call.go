@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,8 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
+	"github.com/lineage-guard/lineage/internal/canon"
+	"github.com/lineage-guard/lineage/internal/jsontext"
 )
 
 // Meta keys of the results the proxy writes itself.
@@ -270,39 +271,42 @@ func refusal(reason, text string, detail map[string]any) *mcp.CallToolResult {
 		Meta: mcp.Meta{MetaRefusal: detail}}
 }
 
-// decodeArgs decodes a call's arguments as a request's args (numbers as
-// json.Number) and returns their canonical encoding. Absent or null arguments are
-// no args; anything but an object is a protocol error.
+// decodeArgs decodes a call's arguments as a request's args with the one
+// strict reader the service uses (internal/jsontext: a duplicate key, invalid
+// Unicode or a number a double does not hold as written is refused, as the
+// service refuses it) and returns their canonical encoding (RFC 8785, the
+// form the action record holds: 1.50 is 1.5). Absent or null arguments are no
+// args; anything but an object is a protocol error.
 func decodeArgs(raw json.RawMessage) (map[string]any, []byte, error) {
 	t := bytes.TrimSpace(raw)
 	if len(t) == 0 || string(t) == "null" {
 		return nil, []byte("{}"), nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(t))
-	dec.UseNumber()
-	var args map[string]any
-	if err := dec.Decode(&args); err != nil || args == nil {
-		return nil, nil, errors.New("arguments must be a JSON object")
-	}
-	// Not jcs: it rounds numbers through float64, and two calls whose big
-	// integers differ must not share a key. encoding/json sorts keys and keeps
-	// each json.Number as written (a duplicate key keeps its last value, the
-	// one the service decides on and the proxy forwards).
-	canon, err := json.Marshal(args)
+	v, err := jsontext.Decode(t, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("arguments: %w", err)
 	}
-	return args, canon, nil
+	args, ok := v.(map[string]any)
+	if !ok {
+		return nil, nil, errors.New("arguments must be a JSON object")
+	}
+	enc, err := json.Marshal(args)
+	if err != nil {
+		return nil, nil, fmt.Errorf("arguments: %w", err)
+	}
+	doc, err := canon.Transform(enc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("arguments: %w", err)
+	}
+	return args, doc, nil
 }
 
-// callKey names a call by its tool and canonical args (decision D111).
+// callKey names a call by its tool and canonical args (decision D111): the
+// hex of canon.Digest over the tool's JSON string, a newline and the args.
 func callKey(tool string, canonArgs []byte) string {
-	h := sha256.New()
 	name, _ := json.Marshal(tool)
-	h.Write(name)
-	h.Write([]byte{'\n'})
-	h.Write(canonArgs)
-	return hex.EncodeToString(h.Sum(nil))
+	b := append(append(append(make([]byte, 0, len(name)+1+len(canonArgs)), name...), '\n'), canonArgs...)
+	return strings.TrimPrefix(canon.Digest(b), canon.Prefix)
 }
 
 // hexByte is the value of a hex key's first two digits.

@@ -1,16 +1,15 @@
 package mcpproxy
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
 	"strings"
 
-	"github.com/gowebpki/jcs"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/lineage-guard/lineage/internal/canon"
 )
 
 // Digest is the pin of an MCP tool definition (docs/policy.md, docs/mcp.md): "sha256:" and
@@ -27,12 +26,11 @@ func Digest(t *mcp.Tool) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("mcpproxy: tool %q: encoding its definition: %w", t.Name, err)
 	}
-	canon, err := jcs.Transform(raw)
+	doc, err := canon.Transform(raw)
 	if err != nil {
 		return "", fmt.Errorf("mcpproxy: tool %q: canonical JSON of its definition: %w", t.Name, err)
 	}
-	sum := sha256.Sum256(canon)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	return canon.Digest(doc), nil
 }
 
 // WritePins prints each tool's digest as a YAML policy fragment to paste

@@ -236,9 +236,11 @@ func TestSetGCPercent(t *testing.T) {
 	}
 }
 
-// The upstream gets the arguments the service decided on, re-encoded: with a
-// duplicate key, its last value (D111), sent as the canonical bytes the call
-// key is made of (D162), not the bytes the host sent.
+// The upstream gets the arguments the service decided on, re-encoded as the
+// canonical bytes the call key is made of and the record holds (D162, RFC
+// 8785: 1.50 is 1.5), not the bytes the host sent. Arguments with a duplicate
+// key, or a number a double does not hold as written, are refused as the
+// service refuses them (the one strict reader): nothing is decided or forwarded.
 func TestForwardsTheDecidedArgs(t *testing.T) {
 	svc := startService(t)
 	agent, tok := svc.agent(`{"budget": 10, "tools": {"echo": {"cost": 1}}}`)
@@ -255,12 +257,17 @@ func TestForwardsTheDecidedArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := svc.connect(t, tok, ct, proxyOpts{})
+	for _, bad := range []string{`{"text": "first", "n": 1.50, "text": "second"}`, `{"n": 100.000000000000001}`, `{"n": 1e-400}`} {
+		if res, err := h.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: json.RawMessage(bad)}); err == nil {
+			t.Fatalf("echo %s: %q, want a protocol error", bad, text(res))
+		}
+	}
 	res, err := h.CallTool(ctx, &mcp.CallToolParams{Name: "echo",
-		Arguments: json.RawMessage(`{"text": "first", "n": 1.50, "text": "second"}`)})
+		Arguments: json.RawMessage(`{"text": "first", "n": 1.50}`)})
 	if err != nil || res.IsError {
 		t.Fatalf("echo: %v %q", err, text(res))
 	}
-	if args := <-got; args != `{"n":1.50,"text":"second"}` {
+	if args := <-got; args != `{"n":1.5,"text":"first"}` {
 		t.Fatalf("the upstream got %s; want the decided args, canonically encoded", args)
 	}
 	if st := svc.state(agent); st.Remaining != 9 {

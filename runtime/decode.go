@@ -32,7 +32,7 @@ func decodeJSON(data []byte, what string) (any, error) {
 	if err != nil {
 		var je *jsontext.Error
 		if errors.As(err, &je) {
-			return nil, badRequest("%s: %s at %s", what, je.Message, pointerOrRoot(je.Pointer))
+			return nil, badRequest("%s: %s (at %s)", what, je.Message, pointerOrRoot(je.Pointer))
 		}
 		return nil, badRequest("%s: not JSON: %v", what, err)
 	}

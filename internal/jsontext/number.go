@@ -13,7 +13,13 @@ import (
 // 100.000000000000001 (more digits than a double keeps), 1e-400 (underflow)
 // and 1e400 (overflow) are refused; 0.1, 1.0, 1e2, -2.5e-3 and -0 pass.
 func NumberProblem(s string) string {
-	if len(s) <= 15 && plainInt(s) { // the common case: an integer under 2^53
+	if plainInt(s) {
+		if len(s) <= 15 { // the common case
+			return ""
+		}
+		if n, err := strconv.ParseInt(s, 10, 64); err != nil || n > 1<<53 || n < -(1<<53) {
+			return "exceeds 2^53 and cannot be kept exactly; send it as a string"
+		}
 		return ""
 	}
 	f, err := strconv.ParseFloat(s, 64)

@@ -129,6 +129,9 @@ func RequestOf(id, tool, args any) (lineage.Request, error) {
 	default:
 		return req, badRequest("args must be a JSON object, got %s", jsonKind(args))
 	}
+	if err := checkNewID(req.ID); err != nil {
+		return req, err
+	}
 	if _, err := checkRequest(req); err != nil {
 		return req, err
 	}

@@ -21,6 +21,8 @@ const (
 	MaxRequestBytes = 64 << 10
 	MaxArgsDepth    = 32
 	MaxIDBytes      = 128
+	// maxRecordedIDBytes is the older limit, which recorded requests meet.
+	maxRecordedIDBytes = 256
 )
 
 // idPattern is a request id (docs/decision-order.md): what the HTTP API can
@@ -129,7 +131,20 @@ func checkIDTool(id, tool string) error {
 		return badRequest("tool is required")
 	case !validToolName(tool):
 		return badRequest("tool name %q does not match %s", tool, toolNamePattern)
-	case id != "" && !validID(id):
+	case !utf8.ValidString(id):
+		return badRequest("id is not valid UTF-8")
+	case len(id) > maxRecordedIDBytes:
+		return badRequest("id is %d bytes, over the limit of %d", len(id), maxRecordedIDBytes)
+	}
+	return nil
+}
+
+// checkNewID checks the id of a new request (D233, request ids a path can
+// hold). Requests already recorded under the older rule (any UTF-8, at most
+// 256 bytes) are still replayed, retried as recorded and approved, so only
+// Runtime.Request and RequestOf check it, not checkIDTool.
+func checkNewID(id string) error {
+	if id != "" && !validID(id) {
 		if len(id) > MaxIDBytes {
 			return badRequest("id is %d bytes, over the limit of %d", len(id), MaxIDBytes)
 		}

@@ -80,7 +80,21 @@ func Unmarshal(data []byte, v any, maxDepth int) error {
 	if maxDepth <= 0 {
 		maxDepth = DefaultDepth
 	}
-	err := gojson.Unmarshal(data, v,
+	if err := gojson.Unmarshal(data, v, unmarshalOptions(maxDepth)); err != nil {
+		return describe(err, data)
+	}
+	return nil
+}
+
+// optionsByDepth caches Unmarshal's options, one set per depth limit (a
+// handful: the callers use constants), so a call builds none.
+var optionsByDepth sync.Map // int → gojson.Options
+
+func unmarshalOptions(maxDepth int) gojson.Options {
+	if o, ok := optionsByDepth.Load(maxDepth); ok {
+		return o.(gojson.Options)
+	}
+	o := gojson.JoinOptions(
 		gojson.RejectUnknownMembers(true),
 		gojson.WithUnmarshalers(gojson.UnmarshalFromFunc(func(dec *jt.Decoder, out *any) error {
 			x, err := readValue(dec, maxDepth)
@@ -90,10 +104,8 @@ func Unmarshal(data []byte, v any, maxDepth int) error {
 			*out = x
 			return nil
 		})))
-	if err != nil {
-		return describe(err, data)
-	}
-	return nil
+	optionsByDepth.Store(maxDepth, o)
+	return o
 }
 
 // readValue reads the next value from dec.

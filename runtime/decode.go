@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/lineage-guard/lineage"
@@ -21,20 +22,23 @@ const maxDecodeDepth = 2 * MaxArgsDepth
 // (docs/decision-order.md), nothing after the value, at most MaxRequestBytes.
 // Numbers stay exact (json.Number). Errors wrap lineage.ErrBadRequest and
 // name the JSON pointer of what is wrong.
-func DecodeJSON(data []byte) (any, error) { return decodeJSON(data, "the text") }
+func DecodeJSON(data []byte) (any, error) { return decodeJSON(data, "the text is") }
 
-// decodeJSON is DecodeJSON; what its messages are about ("args").
+// decodeJSON is DecodeJSON; what starts its messages ("args are").
 func decodeJSON(data []byte, what string) (any, error) {
 	if len(data) > MaxRequestBytes {
-		return nil, badRequest("%s: %d bytes, over the limit of %d", what, len(data), MaxRequestBytes)
+		return nil, badRequest("%s %d bytes, over the limit of %d", what, len(data), MaxRequestBytes)
 	}
 	v, err := jsontext.Decode(data, maxDecodeDepth)
 	if err != nil {
 		var je *jsontext.Error
 		if errors.As(err, &je) {
-			return nil, badRequest("%s: %s (at %s)", what, je.Message, pointerOrRoot(je.Pointer))
+			if strings.HasPrefix(je.Message, "not JSON") {
+				return nil, badRequest("%s %s at %s", what, je.Message, pointerOrRoot(je.Pointer))
+			}
+			return nil, badRequest("%s at %s", je.Message, pointerOrRoot(je.Pointer))
 		}
-		return nil, badRequest("%s: not JSON: %v", what, err)
+		return nil, badRequest("%s not JSON: %v", what, err)
 	}
 	return v, nil
 }
@@ -49,7 +53,7 @@ func pointerOrRoot(ptr string) string {
 // ParseArgs decodes request args given as JSON text (the CLI's --args, a case
 // step's args_json): one JSON object, decoded by DecodeJSON.
 func ParseArgs(text string) (map[string]any, error) {
-	v, err := decodeJSON([]byte(text), "args")
+	v, err := decodeJSON([]byte(text), "args are")
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +69,7 @@ func ParseArgs(text string) (map[string]any, error) {
 // fields are errors, as every malformation of DecodeJSON and RequestOf is.
 // The request is checked again, whole, when it is decided.
 func DecodeRequest(data []byte) (lineage.Request, error) {
-	v, err := decodeJSON(data, "the request")
+	v, err := decodeJSON(data, "the request is")
 	if err != nil {
 		return lineage.Request{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"sync"
 
@@ -191,7 +192,11 @@ func describe(err error, data []byte) error {
 		case errors.Is(syn.Err, jt.ErrDuplicateName):
 			return &Error{Pointer: ptr, Offset: syn.ByteOffset, Message: fmt.Sprintf("duplicate key %q", lastToken(ptr))}
 		case strings.Contains(syn.Err.Error(), "surrogate"):
-			return &Error{Pointer: ptr, Offset: syn.ByteOffset, Message: fmt.Sprintf("lone surrogate (not valid Unicode) in a string at byte %d", syn.ByteOffset)}
+			esc := surrogateEscape.FindString(syn.Err.Error())
+			if esc == "" {
+				esc = "escape"
+			}
+			return &Error{Pointer: ptr, Offset: syn.ByteOffset, Message: fmt.Sprintf("lone surrogate %s (not valid Unicode) in a string at byte %d", esc, syn.ByteOffset)}
 		case strings.Contains(syn.Err.Error(), "invalid UTF-8"):
 			return &Error{Pointer: ptr, Offset: syn.ByteOffset, Message: fmt.Sprintf("not valid UTF-8 (at byte %d)", syn.ByteOffset)}
 		case errors.Is(syn.Err, io.ErrUnexpectedEOF):
@@ -228,6 +233,9 @@ func describe(err error, data []byte) error {
 	}
 	return &Error{Message: "not JSON: " + err.Error()}
 }
+
+// surrogateEscape finds the escape the decoder's message quotes.
+var surrogateEscape = regexp.MustCompile(`\\u[dD][89a-fA-F][0-9a-fA-F]{2}`)
 
 func lastToken(ptr string) string {
 	if i := strings.LastIndexByte(ptr, '/'); i >= 0 {

@@ -107,12 +107,8 @@ func decimal(s string) (neg bool, digits string, exp int, ok bool) {
 			point++
 		}
 		if c == '0' {
-			if n == 0 { // a leading zero
-				if !seenPoint {
-					point--
-				} else {
-					point--
-				}
+			if n == 0 { // a leading zero: it moves the point, nothing else
+				point--
 				continue
 			}
 			zeros++

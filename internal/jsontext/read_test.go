@@ -2,6 +2,11 @@ package jsontext
 
 import (
 	"encoding/json"
+	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -84,5 +89,41 @@ func TestUnmarshalExactNames(t *testing.T) {
 	}
 	if b.Tool != "pay" || b.Args["n"] != json.Number("1.50") {
 		t.Errorf("Unmarshal = %#v", b)
+	}
+}
+
+// TestNumberRuleAgainstBigRat holds NumberProblem's digit comparison equal to
+// an exact comparison with math/big on random literals.
+func TestNumberRuleAgainstBigRat(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		var b strings.Builder
+		if rng.IntN(2) == 0 {
+			b.WriteByte('-')
+		}
+		b.WriteString(strconv.Itoa(rng.IntN(1000)))
+		if rng.IntN(2) == 0 {
+			b.WriteByte('.')
+			for range 1 + rng.IntN(20) {
+				b.WriteByte(byte('0' + rng.IntN(10)))
+			}
+		}
+		if rng.IntN(2) == 0 {
+			fmt.Fprintf(&b, "e%d", rng.IntN(660)-330)
+		}
+		s := b.String()
+		want := true
+		f, err := strconv.ParseFloat(s, 64)
+		switch {
+		case err != nil || math.Abs(f) > 1<<53:
+			want = false
+		default:
+			written, _ := new(big.Rat).SetString(s)
+			held, _ := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
+			want = written.Cmp(held) == 0
+		}
+		if got := NumberProblem(s) == ""; got != want {
+			t.Fatalf("NumberProblem(%s) accepts = %v, want %v (%q)", s, got, want, NumberProblem(s))
+		}
 	}
 }

@@ -2,55 +2,59 @@ package client
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/internal/canon"
+	"github.com/lineage-guard/lineage/internal/jsontext"
 )
 
 // What the front ends that stand between a model and its tools (the MCP
 // proxy, the coding-agent hook) share: how a call is named, and the text a
 // model reads for a denial.
 
-// DecodeArgs decodes a call's arguments as a request's args (numbers as
-// json.Number) and returns their canonical encoding. Absent or null arguments
-// are no args; anything but an object is an error.
+// DecodeArgs decodes a call's arguments as a request's args with the one
+// strict reader the service uses (internal/jsontext: a duplicate key, invalid
+// Unicode or a number a double does not hold as written is refused, as the
+// service refuses it) and returns their canonical encoding (RFC 8785, the
+// form the action record holds: 1.50 is 1.5). Absent or null arguments are no
+// args; anything but an object is an error.
 func DecodeArgs(raw json.RawMessage) (map[string]any, []byte, error) {
 	t := bytes.TrimSpace(raw)
 	if len(t) == 0 || string(t) == "null" {
 		return nil, []byte("{}"), nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(t))
-	dec.UseNumber()
-	var args map[string]any
-	if err := dec.Decode(&args); err != nil || args == nil {
-		return nil, nil, errors.New("arguments must be a JSON object")
-	}
-	// Not jcs: it rounds numbers through float64, and two calls whose big
-	// integers differ must not share a key. encoding/json sorts keys and keeps
-	// each json.Number as written (a duplicate key keeps its last value, the
-	// one the service decides on and the proxy forwards).
-	canon, err := json.Marshal(args)
+	v, err := jsontext.Decode(t, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("arguments: %w", err)
 	}
-	return args, canon, nil
+	args, ok := v.(map[string]any)
+	if !ok {
+		return nil, nil, errors.New("arguments must be a JSON object")
+	}
+	enc, err := json.Marshal(args)
+	if err != nil {
+		return nil, nil, fmt.Errorf("arguments: %w", err)
+	}
+	doc, err := canon.Transform(enc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("arguments: %w", err)
+	}
+	return args, doc, nil
 }
 
-// CallKey names a call by its tool and canonical args (decision D111): the
-// same call made again has the same key, so it can continue the request that
-// an earlier one left waiting for approval.
+// CallKey names a call by its tool and canonical args (decision D111 (a
+// call key of tool and canonical args)): the same call made again has the
+// same key, so it can continue the request that an earlier one left waiting
+// for approval. It is the hex of canon.Digest over the tool's JSON string, a
+// newline and the args.
 func CallKey(tool string, canonArgs []byte) string {
-	h := sha256.New()
 	name, _ := json.Marshal(tool)
-	h.Write(name)
-	h.Write([]byte{'\n'})
-	h.Write(canonArgs)
-	return hex.EncodeToString(h.Sum(nil))
+	b := append(append(append(make([]byte, 0, len(name)+1+len(canonArgs)), name...), '\n'), canonArgs...)
+	return strings.TrimPrefix(canon.Digest(b), canon.Prefix)
 }
 
 // hints say what a model can do about a denial's reason.

@@ -57,15 +57,20 @@ func TestErrorsAcrossTheWire(t *testing.T) {
 	if _, err := bot.Pending(bg); !errors.Is(err, lineage.ErrForbidden) || errors.Is(err, lineage.ErrUnauthorized) {
 		t.Errorf("agent lists pending: %v", err)
 	}
-	// Ids with any character travel escaped.
-	v, err := bot.Request(bg, c.Agent, lineage.Request{ID: "a/b ?#%", Tool: "w"})
-	if err != nil || v.RequestID != "a/b ?#%" {
-		t.Fatalf("odd id: %+v %v", v, err)
+	// An id the API could not address in a path is malformed (D233, request
+	// ids a path can hold); every character an id may hold travels as it is.
+	if _, err := bot.Request(bg, c.Agent, lineage.Request{ID: "a/b ?#%", Tool: "w"}); !errors.Is(err, lineage.ErrBadRequest) {
+		t.Errorf("odd id: %v, want bad_request", err)
 	}
-	if got, err := bot.Verdict(bg, c.Agent, "a/b ?#%", 0); err != nil || got != v {
+	const odd = "a.b~c:d-e_F9"
+	v, err := bot.Request(bg, c.Agent, lineage.Request{ID: odd, Tool: "w"})
+	if err != nil || v.RequestID != odd {
+		t.Fatalf("id %s: %+v %v", odd, v, err)
+	}
+	if got, err := bot.Verdict(bg, c.Agent, odd, 0); err != nil || got != v {
 		t.Errorf("verdict of an odd id: %+v %v", got, err)
 	}
-	if got, err := admin.Approve(bg, c.Agent, "a/b ?#%"); err != nil || got.Decision != lineage.Allow {
+	if got, err := admin.Approve(bg, c.Agent, odd); err != nil || got.Decision != lineage.Allow {
 		t.Errorf("approve an odd id: %+v %v", got, err)
 	}
 	if _, err := client.New("ftp://x", "", nil); err == nil {

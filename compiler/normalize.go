@@ -2,8 +2,6 @@ package compiler
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"math"
 	"strconv"
@@ -138,11 +136,8 @@ func canonical(n policy.Policy) ([]byte, string, error) {
 	return doc, Digest(doc), nil
 }
 
-// Digest is "sha256:" + the hex SHA-256 of b.
-func Digest(b []byte) string {
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
+// Digest is "sha256:" + the hex SHA-256 of b (canon.Digest, the one digest).
+func Digest(b []byte) string { return canon.Digest(b) }
 
 // integralNumbers rewrites every json.Number that denotes an integer ("1.0",
 // "1e3") as plain integer text, so that the schema's notion of integer (which

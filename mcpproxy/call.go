@@ -15,7 +15,6 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/internal/canon"
 )
 
 // Meta keys of the results the proxy writes itself.
@@ -76,11 +75,7 @@ func (p *Proxy) call(ctx context.Context, req *mcp.CallToolRequest) (mcp.Result,
 	// What the upstream gets: the args as the action record holds them, the
 	// RFC 8785 canonical JSON of the args the service decides (D242 (the
 	// upstream gets the record's args bytes)).
-	forwarded, err := recordArgs(args)
-	if err != nil {
-		return refusal(ReasonMalformed, fmt.Sprintf("lineage refused the call to %q as malformed, and did not record or forward it: %v.", name, err),
-			map[string]any{"tool": name, "message": err.Error()}), nil
-	}
+	forwarded := canon
 	key := callKey(name, canon)
 	id, recorded, v, err, local := p.begin(ctx, key, name, args)
 	if local != nil {
@@ -272,25 +267,8 @@ func refusal(reason, text string, detail map[string]any) *mcp.CallToolResult {
 		Meta: mcp.Meta{MetaRefusal: detail}}
 }
 
-// recordArgs are the bytes of args as the service's action record holds
-// them: the RFC 8785 canonical JSON (canon.Transform, the runtime's own) of
-// the very args sent to the service.
-func recordArgs(args map[string]any) ([]byte, error) {
-	if args == nil {
-		return []byte("{}"), nil
-	}
-	raw, err := json.Marshal(args)
-	if err != nil {
-		return nil, fmt.Errorf("arguments: %w", err)
-	}
-	out, err := canon.Transform(raw)
-	if err != nil {
-		return nil, fmt.Errorf("arguments: %w", err)
-	}
-	return out, nil
-}
-
-// decodeArgs and callKey are the client's (shared with the coding-agent hook).
+// decodeArgs and callKey are the client's (shared with the coding-agent
+// hook): the one strict reader, the RFC 8785 form the action record holds.
 var (
 	decodeArgs = client.DecodeArgs
 	callKey    = client.CallKey

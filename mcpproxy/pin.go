@@ -3,8 +3,6 @@ package mcpproxy
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -33,8 +31,7 @@ func Pin(def json.RawMessage) (digest string, canonical []byte, err error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("canonical JSON of the tool's definition: %w", err)
 	}
-	sum := sha256.Sum256(c)
-	return "sha256:" + hex.EncodeToString(sum[:]), c, nil
+	return canon.Digest(c), c, nil
 }
 
 // Digest is the pin of a definition (Pin without the canonical JSON).

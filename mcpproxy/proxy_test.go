@@ -236,9 +236,11 @@ func TestSetGCPercent(t *testing.T) {
 	}
 }
 
-// The upstream gets the arguments the service decided on, re-encoded: with a
-// duplicate key, its last value (D111), sent as the canonical bytes the call
-// key is made of (D162), not the bytes the host sent.
+// The upstream gets the arguments the service decided on, re-encoded as the
+// canonical bytes the call key is made of and the record holds (D162, RFC
+// 8785: 1.50 is 1.5), not the bytes the host sent. Arguments with a duplicate
+// key, or a number a double does not hold as written, are refused as the
+// service refuses them (the one strict reader): nothing is decided or forwarded.
 func TestForwardsTheDecidedArgs(t *testing.T) {
 	svc := startService(t)
 	agent, tok := svc.agent(`{"budget": 10, "tools": {"echo": {"cost": 1}}}`)
@@ -258,19 +260,20 @@ func TestForwardsTheDecidedArgs(t *testing.T) {
 	// A duplicate member, a number written two ways, and numbers a double
 	// does not hold as written (issue 18): whatever the service records is
 	// what the upstream gets, or nothing reaches it.
-	for i, args := range []string{
+	// A refusal comes as a protocol error (the one strict reader refuses the
+	// arguments before anything is asked) or as an isError result.
+	forwardedCount := 0
+	for _, args := range []string{
 		`{"text": "first", "n": 1.50, "text": "second"}`,
 		`{"amount": 100.000000000000001, "to": "x", "memo": 1e-400}`,
 		`{"big": 12345678901234567890, "e": 1E2}`,
+		`{"text": "first", "n": 1.50, "e": 1E2}`,
 	} {
 		res, err := h.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: json.RawMessage(args)})
-		if err != nil {
-			t.Fatalf("echo %s: %v", args, err)
-		}
-		recorded, ok := actionArgs(t, svc, agent, i)
-		if res.IsError {
+		recorded, ok := actionArgs(t, svc, agent, forwardedCount)
+		if err != nil || res.IsError {
 			if ok {
-				t.Fatalf("echo %s: refused (%s), yet the service recorded it", args, text(res))
+				t.Fatalf("echo %s: refused (%v), yet the service recorded it", args, err)
 			}
 			select {
 			case a := <-got:
@@ -282,9 +285,13 @@ func TestForwardsTheDecidedArgs(t *testing.T) {
 		if !ok {
 			t.Fatalf("echo %s: forwarded without an action record", args)
 		}
+		forwardedCount++
 		if a := <-got; a != recorded {
 			t.Fatalf("echo %s: the upstream got %s; the action record holds %s", args, a, recorded)
 		}
+	}
+	if forwardedCount != 1 {
+		t.Fatalf("%d calls forwarded, want 1 (only the last arguments are well formed)", forwardedCount)
 	}
 }
 

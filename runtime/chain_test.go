@@ -318,8 +318,14 @@ func TestDamageFailsClosed(t *testing.T) {
 			apprIdx = i
 		}
 	}
-	if apprIdx < 2 {
-		t.Fatal("no approval record in the sample")
+	actIdx := -1 // the first action record
+	for i := len(recs) - 1; i >= 2; i-- {
+		if recs[i].Kind == lineage.KindAction {
+			actIdx = i
+		}
+	}
+	if apprIdx < 2 || actIdx < 2 {
+		t.Fatal("no approval or action record in the sample")
 	}
 	cases := []struct {
 		name    string
@@ -387,6 +393,28 @@ func TestDamageFailsClosed(t *testing.T) {
 				return append([]byte(`{"agent":"agt_someone_else",`), b[1:]...)
 			})
 		}, 0, false, true},
+		// Member names are matched exactly in records too (D232, member names
+		// matched exactly): a case-folding reader would take "Seq" for seq.
+		{"member Seq, rehashed", func() [][]byte {
+			l := clone()
+			r := recs[mid]
+			m := map[string]any{"Seq": mid, "at": r.At.UTC().Format(lineage.TimeLayout), "kind": string(r.Kind),
+				"prev": recs[mid-1].Hash, "body": json.RawMessage(r.Body)}
+			unsigned := mustJCS(t, m)
+			sum := sha256.Sum256(unsigned)
+			m["hash"] = "sha256:" + hex.EncodeToString(sum[:])
+			l[mid] = mustJCS(t, m)
+			prev := m["hash"].(string)
+			for i := mid + 1; i < len(l); i++ {
+				l[i], prev = reseal(recs[i], uint64(i), recs[i].Kind, prev)
+			}
+			return l
+		}, uint64(mid), false, true},
+		{"body member Request, rehashed", func() [][]byte {
+			return rehashBody(t, clone(), actIdx, func(b []byte) []byte {
+				return bytes.Replace(b, []byte(`"request":`), []byte(`"Request":`), 1)
+			})
+		}, uint64(actIdx), false, true},
 		{"empty line", func() [][]byte {
 			l := clone()
 			return append(l[:mid], append([][]byte{{}}, l[mid:]...)...)

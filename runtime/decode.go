@@ -1,32 +1,27 @@
 package runtime
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
-	"io"
-	"strconv"
+	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/internal/jsontext"
 )
 
-// This file is the one place where request JSON text becomes values (docs/decision-order.md):
-// the CLI's --args, the conformance runner's args_json and the service's
-// request bodies all come through DecodeJSON. encoding/json alone keeps the
-// last of two duplicate keys and turns invalid UTF-8 and lone surrogate
-// escapes (\ud800) into U+FFFD without a word; this decoder refuses them.
+// Request JSON text (the CLI's --args, the conformance runner's args_json)
+// becomes values through DecodeJSON, which is the project's one strict reader
+// (internal/jsontext), as the service's bodies are.
 
 // maxDecodeDepth bounds the nesting DecodeJSON builds; checkRequest refuses
 // args deeper than MaxArgsDepth anyway.
 const maxDecodeDepth = 2 * MaxArgsDepth
 
 // DecodeJSON decodes one JSON value strictly: valid UTF-8, no lone surrogate
-// escape, no duplicate key in any object, nothing after the value, at most
-// MaxRequestBytes. Numbers stay exact (json.Number). Errors wrap
-// lineage.ErrBadRequest and name the JSON pointer of what is wrong.
+// escape, no duplicate key in any object, numbers a double holds as written
+// (docs/decision-order.md), nothing after the value, at most MaxRequestBytes.
+// Numbers stay exact (json.Number). Errors wrap lineage.ErrBadRequest and
+// name the JSON pointer of what is wrong.
 func DecodeJSON(data []byte) (any, error) { return decodeJSON(data, "the text is") }
 
 // decodeJSON is DecodeJSON; what starts its messages ("args are").
@@ -34,113 +29,18 @@ func decodeJSON(data []byte, what string) (any, error) {
 	if len(data) > MaxRequestBytes {
 		return nil, badRequest("%s %d bytes, over the limit of %d", what, len(data), MaxRequestBytes)
 	}
-	if !utf8.Valid(data) {
-		return nil, badRequest("%s not valid UTF-8 (at byte %d)", what, invalidUTF8At(data))
-	}
-	d := &strictDecoder{data: data, dec: json.NewDecoder(bytes.NewReader(data)), what: what}
-	d.dec.UseNumber()
-	v, err := d.value("", 0)
+	v, err := jsontext.Decode(data, maxDecodeDepth)
 	if err != nil {
-		return nil, err
-	}
-	if _, err := d.dec.Token(); err != io.EOF {
-		return nil, badRequest("%s not JSON: unexpected data after the value", what)
+		var je *jsontext.Error
+		if errors.As(err, &je) {
+			if strings.HasPrefix(je.Message, "not JSON") {
+				return nil, badRequest("%s %s at %s", what, je.Message, pointerOrRoot(je.Pointer))
+			}
+			return nil, badRequest("%s at %s", je.Message, pointerOrRoot(je.Pointer))
+		}
+		return nil, badRequest("%s not JSON: %v", what, err)
 	}
 	return v, nil
-}
-
-func invalidUTF8At(b []byte) int {
-	for i := 0; i < len(b); {
-		r, n := utf8.DecodeRune(b[i:])
-		if r == utf8.RuneError && n <= 1 {
-			return i
-		}
-		i += n
-	}
-	return len(b)
-}
-
-type strictDecoder struct {
-	data []byte
-	dec  *json.Decoder
-	what string
-}
-
-// token reads the next token and checks the raw text it came from: a string
-// with a lone surrogate escape is refused where encoding/json would let it
-// through as U+FFFD.
-func (d *strictDecoder) token(ptr string) (json.Token, error) {
-	from := d.dec.InputOffset()
-	tok, err := d.dec.Token()
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, badRequest("%s not JSON: %v at %s", d.what, err, pointerOrRoot(ptr))
-	}
-	if _, ok := tok.(string); ok {
-		if r, _, lone := jsontext.LoneSurrogate(d.data[from:d.dec.InputOffset()]); lone {
-			return nil, badRequest(`lone surrogate \u%04x (not valid Unicode) in a string at %s`, r, pointerOrRoot(ptr))
-		}
-	}
-	return tok, nil
-}
-
-func (d *strictDecoder) value(ptr string, depth int) (any, error) {
-	tok, err := d.token(ptr)
-	if err != nil {
-		return nil, err
-	}
-	return d.rest(tok, ptr, depth)
-}
-
-// rest finishes the value that starts with tok.
-func (d *strictDecoder) rest(tok json.Token, ptr string, depth int) (any, error) {
-	delim, ok := tok.(json.Delim)
-	if !ok {
-		return tok, nil // string, json.Number, bool or nil
-	}
-	if depth >= maxDecodeDepth {
-		return nil, badRequest("JSON nests deeper than %d levels at %s", maxDecodeDepth, pointerOrRoot(ptr))
-	}
-	if delim == '[' {
-		arr := []any{}
-		for {
-			iptr := ptr + "/" + strconv.Itoa(len(arr))
-			tok, err := d.token(iptr)
-			if err != nil {
-				return nil, err
-			}
-			if tok == json.Delim(']') {
-				return arr, nil
-			}
-			v, err := d.rest(tok, iptr, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			arr = append(arr, v)
-		}
-	}
-	obj := map[string]any{}
-	for {
-		tok, err := d.token(ptr)
-		if err != nil {
-			return nil, err
-		}
-		if tok == json.Delim('}') {
-			return obj, nil
-		}
-		key, _ := tok.(string) // encoding/json yields only strings here
-		kptr := ptr + "/" + escapePointer(key)
-		if _, dup := obj[key]; dup {
-			return nil, badRequest("duplicate key %q at %s", key, kptr)
-		}
-		v, err := d.value(kptr, depth+1)
-		if err != nil {
-			return nil, err
-		}
-		obj[key] = v
-	}
 }
 
 func pointerOrRoot(ptr string) string {
@@ -232,6 +132,9 @@ func RequestOf(id, tool, args any) (lineage.Request, error) {
 		req.Args = x
 	default:
 		return req, badRequest("args must be a JSON object, got %s", jsonKind(args))
+	}
+	if err := checkNewID(req.ID); err != nil {
+		return req, err
 	}
 	if _, err := checkRequest(req); err != nil {
 		return req, err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/internal/jsontext"
 )
 
 // folded is an agent's state as the fold keeps it (docs/decision-order.md#folded-state), plus what the
@@ -294,11 +295,11 @@ func decodeBody(rec lineage.Record) (body any, canonArgs []byte, err error) {
 	return body, nil, nil
 }
 
+// strictDecode reads a record's body (or a pending request's args) with the
+// one strict reader: member names exactly, no unknown or duplicate member,
+// numbers as json.Number.
 func strictDecode(b []byte, into any) error {
-	dec := json.NewDecoder(bytesReader(b))
-	dec.UseNumber()
-	dec.DisallowUnknownFields()
-	return dec.Decode(into)
+	return jsontext.Unmarshal(b, into, 0)
 }
 
 // State returns the docs/decision-order.md#folded-state view of the fold (a copy).

@@ -184,7 +184,7 @@ func TestRecordBodies(t *testing.T) {
 }
 
 // TestRecordFormatTrickyStrings: every free-text field of every record kind
-// (agent name, request id, args keys and strings, approver, kill note)
+// (agent name, args keys and strings, approver, kill note)
 // with the characters where encoders differ from RFC 8785: HTML
 // characters, U+2028/U+2029, control characters, DEL, quotes and backslashes,
 // non-BMP characters (keys are sorted by UTF-16 code units, not bytes), and
@@ -207,14 +207,16 @@ tools:
 	args := map[string]any{
 		tricky: tricky, "\U0001F600": 1, "\uFFFD": 2, "\u00e9": 3, "e\u0301": 4, "": "", "a": []any{tricky, nil, true, 1.5, math.Copysign(0, -1), 5e-324, 1e-7, 123456.789},
 	}
-	v := mustRequest(t, rt, agent, lineage.Request{ID: tricky, Tool: "pay", Args: args, At: sec(1)})
+	// A request id is addressable text only (D233, request ids a path can hold).
+	const trickyID = "a.b_c:d~e-F9"
+	v := mustRequest(t, rt, agent, lineage.Request{ID: trickyID, Tool: "pay", Args: args, At: sec(1)})
 	if v.Decision != lineage.Pending {
 		t.Fatalf("%+v", v)
 	}
-	if _, err := rt.Approve(bg, agent, runtime.Approval{RequestID: tricky, By: trickyName + " approver", At: sec(2)}); err != nil {
+	if _, err := rt.Approve(bg, agent, runtime.Approval{RequestID: trickyID, By: trickyName + " approver", At: sec(2)}); err != nil {
 		t.Fatal(err)
 	}
-	if v := mustRequest(t, rt, agent, lineage.Request{ID: "\U0001F600", Tool: "note", Args: map[string]any{"ok": false}, At: sec(3)}); v.Reason != "not_ok" {
+	if v := mustRequest(t, rt, agent, lineage.Request{ID: "smile-1", Tool: "note", Args: map[string]any{"ok": false}, At: sec(3)}); v.Reason != "not_ok" {
 		t.Fatalf("constraint deny %+v", v)
 	}
 	if _, err := rt.Terminate(bg, agent, runtime.Kill{By: trickyName, Note: tricky, At: sec(4)}); err != nil {
@@ -235,7 +237,7 @@ tools:
 		t.Errorf("replay differs:\nlive   %+v\nreplay %+v", live, replayed)
 	}
 	// The retry of the tricky id is recognized after replay, args compared canonically.
-	again, err := runtime.Open(st, reopenOpts()).Request(bg, agent, lineage.Request{ID: tricky, Tool: "pay", Args: args, At: sec(5)})
+	again, err := runtime.Open(st, reopenOpts()).Request(bg, agent, lineage.Request{ID: trickyID, Tool: "pay", Args: args, At: sec(5)})
 	if err != nil || again.Seq != 3 || again.Decision != lineage.Allow {
 		t.Errorf("retry after replay: %+v, %v", again, err)
 	}

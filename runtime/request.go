@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lineage-guard/lineage/internal/canon"
+	"github.com/lineage-guard/lineage/internal/jsontext"
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/lineage-guard/lineage"
@@ -19,8 +20,31 @@ import (
 const (
 	MaxRequestBytes = 64 << 10
 	MaxArgsDepth    = 32
-	MaxIDBytes      = 256
+	MaxIDBytes      = 128
+	// maxRecordedIDBytes is the older limit, which recorded requests meet.
+	maxRecordedIDBytes = 256
 )
+
+// idPattern is a request id (docs/decision-order.md): what the HTTP API can
+// put in a path as it is, so every pending request can be approved.
+const idPattern = `^[A-Za-z0-9._:~-]{1,128}$, not "." or ".."`
+
+// validID checks idPattern without a regexp.
+func validID(s string) bool {
+	if len(s) == 0 || len(s) > MaxIDBytes || s == "." || s == ".." {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.', c == '_', c == ':', c == '~', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // toolNamePattern is docs/policy.md's tool name; validToolName checks it without a
 // regexp, which cost a microsecond on every request.
@@ -109,8 +133,22 @@ func checkIDTool(id, tool string) error {
 		return badRequest("tool name %q does not match %s", tool, toolNamePattern)
 	case !utf8.ValidString(id):
 		return badRequest("id is not valid UTF-8")
-	case len(id) > MaxIDBytes:
-		return badRequest("id is %d bytes, over the limit of %d", len(id), MaxIDBytes)
+	case len(id) > maxRecordedIDBytes:
+		return badRequest("id is %d bytes, over the limit of %d", len(id), maxRecordedIDBytes)
+	}
+	return nil
+}
+
+// checkNewID checks the id of a new request (D233, request ids a path can
+// hold). Requests already recorded under the older rule (any UTF-8, at most
+// 256 bytes) are still replayed, retried as recorded and approved, so only
+// Runtime.Request and RequestOf check it, not checkIDTool.
+func checkNewID(id string) error {
+	if id != "" && !validID(id) {
+		if len(id) > MaxIDBytes {
+			return badRequest("id is %d bytes, over the limit of %d", len(id), MaxIDBytes)
+		}
+		return badRequest("id %q does not match %s", id, idPattern)
 	}
 	return nil
 }
@@ -398,21 +436,11 @@ func checkJSON(v any, depth int) *badValue {
 }
 
 // checkNumber accepts a JSON number that canonical JSON (an IEEE double in
-// shortest form) keeps exactly: integers only within ±2^53, anything finite else.
+// shortest form) keeps exactly, by D231 (numbers a double holds): the shortest
+// form of its double has its value as written, and integers stay within ±2^53.
 func checkNumber(s string) *badValue {
-	if !strings.ContainsAny(s, ".eE") {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n > 1<<53 || n < -(1<<53) {
-			return bad("number %s at %s exceeds 2^53 and cannot be kept exactly; send it as a string", s)
-		}
-		return nil
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsInf(f, 0) {
-		return bad("bad number %q at %s", s)
-	}
-	if math.Abs(f) >= 1<<53 {
-		return bad("number %s at %s exceeds 2^53 and cannot be kept exactly; send it as a string", s)
+	if p := jsontext.NumberProblem(s); p != "" {
+		return &badValue{err: func(at string) error { return badRequest("number %s at %s %s", s, at, p) }}
 	}
 	return nil
 }

@@ -100,6 +100,15 @@ func TestMalformedRequests(t *testing.T) {
 		{"tool not UTF-8", lineage.Request{Tool: "pay\xff"}},
 		{"id not UTF-8", lineage.Request{ID: "r\xff", Tool: "pay"}},
 		{"id too long", lineage.Request{ID: strings.Repeat("i", runtime.MaxIDBytes+1), Tool: "pay"}},
+		{"id .", lineage.Request{ID: ".", Tool: "pay"}},
+		{"id ..", lineage.Request{ID: "..", Tool: "pay"}},
+		{"id ../zz", lineage.Request{ID: "../zz", Tool: "pay"}},
+		{"id with a space", lineage.Request{ID: "a b", Tool: "pay"}},
+		{"id with a slash", lineage.Request{ID: "a/b", Tool: "pay"}},
+		{"id with a percent", lineage.Request{ID: "a%2F", Tool: "pay"}},
+		{"id not ASCII", lineage.Request{ID: "é-1", Tool: "pay"}},
+		{"json.Number more digits than a double keeps", lineage.Request{Tool: "pay", Args: map[string]any{"n": json.Number("100.000000000000001")}}},
+		{"json.Number underflow", lineage.Request{Tool: "pay", Args: map[string]any{"n": json.Number("1e-400")}}},
 		{"args key not UTF-8", lineage.Request{Tool: "pay", Args: map[string]any{"k\xfe": 1}}},
 		{"args string not UTF-8", lineage.Request{Tool: "pay", Args: map[string]any{"s": "a\xffb"}}},
 		{"nested args string not UTF-8", lineage.Request{Tool: "pay", Args: map[string]any{"a": map[string]any{"b": []any{"ok", "\xc3"}}}}},
@@ -161,9 +170,12 @@ func TestMalformedRequests(t *testing.T) {
 		{"args 32 deep", lineage.Request{Tool: "pay", Args: nest(32, nil)}},
 		{"args 32 deep with a leaf", lineage.Request{Tool: "pay", Args: nest(32, "leaf")}},
 		{"tool of 128 characters", lineage.Request{Tool: strings.Repeat("b", 128)}},
-		{"id of 256 bytes", lineage.Request{ID: strings.Repeat("i", runtime.MaxIDBytes), Tool: "pay"}},
+		{"id of 128 characters", lineage.Request{ID: strings.Repeat("i", runtime.MaxIDBytes), Tool: "pay"}},
+		{"id of every allowed character", lineage.Request{ID: "aZ09._:~-", Tool: "pay"}},
+		{"id ...", lineage.Request{ID: "...", Tool: "pay"}},
+		{"numbers a double holds", lineage.Request{Tool: "pay", Args: map[string]any{"a": json.Number("0.1"), "b": json.Number("1.0"), "c": json.Number("1e2"), "d": json.Number("-2.5e-3"), "e": json.Number("-0")}}},
 		{"2^53", lineage.Request{Tool: "pay", Args: map[string]any{"n": json.Number("9007199254740992"), "m": int64(-1 << 53), "f": 1.5}}},
-		{"unicode", lineage.Request{ID: "é-1", Tool: "pay", Args: map[string]any{"clé": "café ✓ \u2028"}}},
+		{"unicode", lineage.Request{ID: "e-1", Tool: "pay", Args: map[string]any{"clé": "café ✓ \u2028"}}},
 		{"request of 60 KiB", lineage.Request{Tool: "pay", Args: map[string]any{"s": strings.Repeat("y", 60<<10)}}},
 		{"null, bool, array", lineage.Request{Tool: "pay", Args: map[string]any{"n": nil, "b": false, "a": []any{}}}},
 	}
@@ -237,11 +249,11 @@ func TestParseArgs(t *testing.T) {
 			t.Errorf("ParseArgs(%.40q) = %v, %v; want bad_request", text, m, err)
 		}
 	}
-	m, err := runtime.ParseArgs(" {\"a\": 1, \"b\": [1.5, \"x\", {\"c\": null}], \"big\": 9007199254740993} \n\t")
+	m, err := runtime.ParseArgs(" {\"a\": 1, \"b\": [1.5, \"x\", {\"c\": null}], \"big\": 9007199254740992} \n\t")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]any{"a": json.Number("1"), "b": []any{json.Number("1.5"), "x", map[string]any{"c": nil}}, "big": json.Number("9007199254740993")}
+	want := map[string]any{"a": json.Number("1"), "b": []any{json.Number("1.5"), "x", map[string]any{"c": nil}}, "big": json.Number("9007199254740992")}
 	if !reflect.DeepEqual(m, want) {
 		t.Errorf("ParseArgs = %#v, want %#v", m, want)
 	}
@@ -562,7 +574,7 @@ func TestBadArgsSayWhere(t *testing.T) {
 		want string
 	}{
 		{map[string]any{"s": "a\xffb"}, "invalid UTF-8 in the string at /args/s"},
-		{map[string]any{"a/b": map[string]any{"c~d": []any{"ok", json.Number("1e400")}}}, `bad number "1e400" at /args/a~1b/c~0d/1`},
+		{map[string]any{"a/b": map[string]any{"c~d": []any{"ok", json.Number("1e400")}}}, `number 1e400 at /args/a~1b/c~0d/1 is beyond the range of a double`},
 		{map[string]any{"n": []any{1, int64(1<<53 + 1)}}, "number 9007199254740993 at /args/n/1 exceeds 2^53; send it as a string"},
 		{map[string]any{"f": 1.5, "g": math.NaN()}, "number NaN at /args/g is not exactly representable in JSON"},
 		{map[string]any{"x": []any{map[string]any{"k\xfe": 1}}}, "invalid UTF-8 in a key at /args/x/0"},

@@ -393,6 +393,9 @@ func (r *Runtime) timeFor(a *agent, at time.Time) (time.Time, error) {
 // Request decides one request of an agent (docs/decision-order.md) and records it.
 // Denials are verdicts, not errors; an error means nothing was recorded.
 func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Request) (lineage.Verdict, error) {
+	if err := checkNewID(req.ID); err != nil {
+		return lineage.Verdict{}, err
+	}
 	cr, err := checkRequest(req)
 	if err != nil {
 		return lineage.Verdict{}, err

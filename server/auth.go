@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/lineage-guard/lineage/internal/diag"
+	"github.com/lineage-guard/lineage/internal/jsontext"
 	"github.com/lineage-guard/lineage/internal/source"
 )
 
@@ -93,7 +94,7 @@ func ParseAuth(file string, data []byte) ([]Entry, error) {
 	var f struct {
 		Principals []Entry `json:"principals"`
 	}
-	if err := json.Unmarshal(raw, &f); err != nil {
+	if err := jsontext.Unmarshal(raw, &f, 0); err != nil {
 		return nil, err
 	}
 	names, digests := map[string]bool{}, map[string]bool{}
@@ -220,7 +221,9 @@ func (a *authority) agentToken(agent string) string {
 // principal returns who the token stands for, or false.
 func (a *authority) principal(token string) (Principal, bool) {
 	if rest, ok := strings.CutPrefix(token, agentPrefix); ok {
-		b, err := base64.RawURLEncoding.DecodeString(rest)
+		// Strict: one spelling per token (docs/service.md); the lenient decoder
+		// lets the unused low bits of the last character take any value.
+		b, err := base64.RawURLEncoding.Strict().DecodeString(rest)
 		if err != nil || len(b) <= sha256.Size {
 			return Principal{}, false
 		}

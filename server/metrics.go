@@ -76,7 +76,7 @@ func newMetrics(s *Server) *metrics {
 
 // decided counts a verdict and how long it took.
 func (m *metrics) decided(v lineage.Verdict, took time.Duration) {
-	m.decisions.WithLabelValues(string(v.Decision), v.Reason).Inc()
+	m.decisions.WithLabelValues(string(v.Decision), reasonLabel(v.Reason)).Inc()
 	m.duration.Observe(took.Seconds())
 }
 
@@ -93,4 +93,23 @@ func (c *syncCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstSummary(c.desc, uint64(st.Syncs), 0, map[float64]float64{
 		0.5: st.SyncP50.Seconds(), 0.99: st.SyncP99.Seconds(), 1: st.SyncMax.Seconds(),
 	})
+}
+
+// fixedReasons are the reasons the runtime itself gives (docs/decision-order.md).
+// Any other reason was chosen by a policy's constraint or an extension, maybe
+// from args: as a label value it would let traffic make series without bound
+// and carry its text into every scrape, so it is counted as "extension"
+// (D234, metric labels from fixed sets).
+var fixedReasons = map[string]bool{
+	"ok": true, "approval_required": true, "approval_rejected": true, "terminated": true,
+	"unlisted_tool": true, "rate_limited": true, "max_calls_exceeded": true, "invalid_args": true,
+	"insufficient_budget": true, "too_many_pending": true, "extension_error": true,
+}
+
+// reasonLabel is a verdict's reason as a label value: one of fixedReasons or "extension".
+func reasonLabel(reason string) string {
+	if fixedReasons[reason] {
+		return reason
+	}
+	return "extension"
 }

@@ -86,3 +86,21 @@ func BenchmarkTransform(b *testing.B) {
 		}
 	}
 }
+
+func TestDigest(t *testing.T) {
+	const empty = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+	if got := Digest(nil); got != empty {
+		t.Errorf("Digest(nil) = %s", got)
+	}
+	var buf [DigestLen]byte
+	if got := AppendDigest(buf[:0], [32]byte{}); len(got) != DigestLen || &got[0] != &buf[0] {
+		t.Errorf("AppendDigest does not write into the buffer it is given")
+	}
+	a, err := DigestOf(map[string]any{"b": 1.0, "a": "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := Digest([]byte(`{"a":"x","b":1}`)); a != b {
+		t.Errorf("DigestOf = %s, want the digest of the canonical form %s", a, b)
+	}
+}

@@ -1,7 +1,8 @@
-// Package jsontext holds the checks on raw JSON text that encoding/json does
-// not make: it decodes a lone surrogate escape (\ud800) to U+FFFD without a
-// word, so the text must be looked at before decoding. Used by the request
-// decoder (runtime) and the policy and case file loader (internal/source).
+// Package jsontext is the project's one strict JSON reader (read.go: Decode,
+// Unmarshal; number.go: NumberProblem, D231 numbers a double holds). It also
+// keeps LoneSurrogate, a check on raw JSON text that encoding/json does not
+// make (it decodes \ud800 to U+FFFD without a word), which the policy and case
+// file loader (internal/source) still runs over its own token stream.
 package jsontext
 
 import "strconv"

@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
+	"github.com/lineage-guard/lineage/policy"
 )
 
 // Meta keys of the results the proxy writes itself.
@@ -237,6 +240,11 @@ func (p *Proxy) denyText(ctx context.Context, tool string, v lineage.Verdict) st
 	fmt.Fprintf(&b, "lineage denied the call to %q (reason: %s", tool, v.Reason)
 	if h, ok := hints[v.Reason]; ok {
 		fmt.Fprintf(&b, "; %s", h)
+	}
+	if v.Reason == "unlisted_tool" {
+		if h := policy.DidYouMean(tool, slices.Collect(maps.Keys(p.rules.tools))); h != "" {
+			fmt.Fprintf(&b, "; %s", h)
+		}
 	}
 	b.WriteString(")")
 	if v.Scar != nil {

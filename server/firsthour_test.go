@@ -1,7 +1,9 @@
 package server_test
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/lineage-guard/lineage"
@@ -33,5 +35,18 @@ func TestApproveUnknownRequest(t *testing.T) {
 	}
 	if e.lines(agent) != 3 {
 		t.Errorf("the log has %d records, want 3: an error records nothing", e.lines(agent))
+	}
+}
+
+// TestUnknownTokenSaysWhere: the 401 of a token the server does not know
+// says where its tokens come from, so that an admin.token that stopped
+// working under --auth explains itself. D307 (under --auth, admin.token is
+// not a key).
+func TestUnknownTokenSaysWhere(t *testing.T) {
+	e := start(t)
+	status, body := e.raw("GET", "/v1/agents", "lgt_nobody", "")
+	if status != http.StatusUnauthorized || body["code"] != "unauthorized" ||
+		!strings.Contains(fmt.Sprint(body["message"]), "--auth file, or, without --auth, the admin token") {
+		t.Errorf("an unknown token: %d %v", status, body)
 	}
 }

@@ -447,6 +447,21 @@ func TestReadmeService(t *testing.T) {
 	if rc := read("serve.rc"); rc != "0" {
 		t.Errorf("serve exited %s after kill %%1", rc)
 	}
+	// What the Quick start writes beside the user's files must hold no
+	// secret: a token belongs in the data directory, which git ignores.
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := regexp.MustCompile(`^((out|err|rc)\.\d+|serve\.rc|verify\.out)$`) // this test's captures
+	for _, ent := range ents {
+		if ent.IsDir() || ours.MatchString(ent.Name()) {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, ent.Name())); err == nil && bytes.Contains(b, []byte("lga_")) {
+			t.Errorf("the service Quick start leaves an agent token in %s, outside the data directory (git would not ignore it)", ent.Name())
+		}
+	}
 	want := "ok: 5 records"
 	if pyErr == nil {
 		want = "ok: 7 records"
@@ -585,5 +600,37 @@ func TestDocsPolicyExamples(t *testing.T) {
 	}
 	if n < 2 {
 		t.Errorf("found %d example policies, want the CEL and the extension examples", n)
+	}
+}
+
+// TestReadmeInstallsLineagec: the README and docs/mcp.md build
+// bin/lineagec, then run `lineagec` by name (and an MCP host starts it by
+// name): before the first such line they must say how it gets on PATH.
+func TestReadmeInstallsLineagec(t *testing.T) {
+	bare := regexp.MustCompile(`(^\s*lineagec\s|"command":\s*"lineagec")`)
+	for _, file := range []string{"README.md", "docs/mcp.md"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		installed, inFence := false, false // fences indented in list items too
+		for i, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(l), "```") {
+				inFence = !inFence
+				continue
+			}
+			if !inFence {
+				continue
+			}
+			if strings.HasPrefix(strings.TrimSpace(l), "go install ./cmd/lineagec") {
+				installed = true
+			}
+			if bare.MatchString(l) {
+				if !installed {
+					t.Errorf("%s:%d: %q runs lineagec by name, and nothing before it installs it (go install ./cmd/lineagec)", file, i+1, strings.TrimSpace(l))
+				}
+				break
+			}
+		}
 	}
 }

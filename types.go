@@ -238,7 +238,8 @@ var (
 	ErrIDConflict = errors.New("id_conflict")
 	// ErrSealed: the agent is terminated and its log takes no more records.
 	ErrSealed = errors.New("sealed")
-	// ErrNotPending: an approval names a request that is not pending.
+	// ErrNotPending: an approval names a request that is not pending (one the
+	// agent never made matches ErrUnknownRequest too).
 	ErrNotPending = errors.New("not_pending")
 	// ErrBadApprover: the approver is empty or the agent itself.
 	ErrBadApprover = errors.New("bad_approver")

@@ -10,6 +10,7 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/internal/canon"
 	"github.com/lineage-guard/lineage/internal/jsontext"
+	"github.com/lineage-guard/lineage/policy"
 )
 
 // What the front ends that stand between a model and its tools (the MCP
@@ -69,8 +70,10 @@ var hints = map[string]string{
 
 // DenyText is the one sentence a model reads for a denial (docs/mcp.md): the
 // tool, the reason, the scar, the budget left (when st is the agent's state;
-// nil when it could not be read), whether the agent is terminated.
-func DenyText(tool string, v lineage.Verdict, st *lineage.State) string {
+// nil when it could not be read), whether the agent is terminated; for an
+// unlisted tool, the closest of the policy's tools (known; nil when not at
+// hand) as D304 (did you mean, for tools) says.
+func DenyText(tool string, v lineage.Verdict, st *lineage.State, known []string) string {
 	var b strings.Builder
 	if v.Reason == "terminated" {
 		fmt.Fprintf(&b, "lineage denied the call to %q: the agent is terminated and may not act any more; nothing was forwarded, and no later call will be.", tool)
@@ -79,6 +82,11 @@ func DenyText(tool string, v lineage.Verdict, st *lineage.State) string {
 	fmt.Fprintf(&b, "lineage denied the call to %q (reason: %s", tool, v.Reason)
 	if h, ok := hints[v.Reason]; ok {
 		fmt.Fprintf(&b, "; %s", h)
+	}
+	if v.Reason == "unlisted_tool" {
+		if h := policy.DidYouMean(tool, known); h != "" {
+			fmt.Fprintf(&b, "; %s", h)
+		}
 	}
 	b.WriteString(")")
 	if v.Note != "" {

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 
 	"fmt"
 	"io"
@@ -335,7 +336,7 @@ func (c *Client) Approve(ctx context.Context, agent, id string) (lineage.Verdict
 func (c *Client) ApproveWithNote(ctx context.Context, agent, id, note string) (lineage.Verdict, error) {
 	var out lineage.Verdict
 	err := c.call(ctx, "POST", "/v1/agents/"+seg(agent)+"/requests/"+seg(id)+"/approve", nil, noteBody(note), &out, http.StatusOK, false)
-	return out, err
+	return out, notPendingToo(err)
 }
 
 // noteBody is the body of approve and reject: none without a note.
@@ -345,6 +346,24 @@ func noteBody(note string) any {
 	}
 	return map[string]string{"note": note}
 }
+
+// notPendingToo makes the unknown_request of an approval or a rejection
+// match lineage.ErrNotPending as well, as the runtime's error does (D303
+// (approving a request never made)).
+func notPendingToo(err error) error {
+	var ce *Error
+	if errors.As(err, &ce) && ce.Code == "unknown_request" {
+		return unknownRequest{ce}
+	}
+	return err
+}
+
+// unknownRequest is an unknown_request answer to an approval or a rejection.
+type unknownRequest struct{ e *Error }
+
+func (u unknownRequest) Error() string        { return u.e.Error() }
+func (u unknownRequest) Unwrap() error        { return u.e }
+func (u unknownRequest) Is(target error) bool { return target == lineage.ErrNotPending }
 
 // Reject rejects a pending request as the caller. Not retried.
 func (c *Client) Reject(ctx context.Context, agent, id string) (lineage.Verdict, error) {
@@ -357,7 +376,7 @@ func (c *Client) Reject(ctx context.Context, agent, id string) (lineage.Verdict,
 func (c *Client) RejectWithNote(ctx context.Context, agent, id, note string) (lineage.Verdict, error) {
 	var out lineage.Verdict
 	err := c.call(ctx, "POST", "/v1/agents/"+seg(agent)+"/requests/"+seg(id)+"/reject", nil, noteBody(note), &out, http.StatusOK, false)
-	return out, err
+	return out, notPendingToo(err)
 }
 
 // Terminate pulls the kill switch as the caller; reason is free text. Not retried.

@@ -46,8 +46,9 @@ func TestErrorsAcrossTheWire(t *testing.T) {
 	if _, err := admin.Request(bg, c.Agent, lineage.Request{Tool: "t", At: time.Now()}); !errors.Is(err, lineage.ErrBadRequest) {
 		t.Errorf("a time: %v", err)
 	}
-	if _, err := admin.Reject(bg, c.Agent, "nope"); !errors.Is(err, lineage.ErrNotPending) {
-		t.Errorf("reject unknown: %v", err)
+	if _, err := admin.Reject(bg, c.Agent, "nope"); !errors.Is(err, lineage.ErrNotPending) || !errors.Is(err, lineage.ErrUnknownRequest) ||
+		!errors.As(err, &ce) || ce.Status != 404 {
+		t.Errorf("reject unknown: %v (D303: unknown_request, 404, and not pending)", err)
 	}
 	nobody, _ := client.New(u, "", nil)
 	if _, err := nobody.WhoAmI(bg); !errors.Is(err, lineage.ErrUnauthorized) {

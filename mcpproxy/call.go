@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -249,7 +251,7 @@ func (p *Proxy) denyText(ctx context.Context, tool string, v lineage.Verdict) st
 			st = &s
 		}
 	}
-	return client.DenyText(tool, v, st)
+	return client.DenyText(tool, v, st, slices.Collect(maps.Keys(p.rules.tools)))
 }
 
 func verdictResult(v lineage.Verdict, text string) *mcp.CallToolResult {

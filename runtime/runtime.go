@@ -563,6 +563,11 @@ func (r *Runtime) pending(ctx context.Context, a *agent, ap Approval, m mode) (l
 	}
 	req, ok := a.f.pending[ap.RequestID]
 	if !ok {
+		if _, known := a.f.lookup(ap.RequestID); !known {
+			// Both sentinels: not pending, as ever, and never made, which the
+			// service answers 404: D303 (approving a request never made).
+			return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("%w: agent %s has no request %q, so it is not pending (%w)", lineage.ErrUnknownRequest, a.id, ap.RequestID, lineage.ErrNotPending)
+		}
 		return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("%w: request %q of agent %s is not pending", lineage.ErrNotPending, ap.RequestID, a.id)
 	}
 	cr, err := checkRequest(lineage.Request{ID: req.ID, Tool: req.Tool, Args: req.Args})

@@ -272,7 +272,10 @@ func (s *Server) authorize(r *http.Request, who access) (Principal, error) {
 	}
 	p, ok := s.auth.principal(strings.TrimSpace(token))
 	if !ok {
-		return Principal{}, newError(http.StatusUnauthorized, CodeUnauthorized, "the token is not known to this server")
+		// D307 (under --auth, admin.token is not a key): say where tokens come from.
+		return Principal{}, newError(http.StatusUnauthorized, CodeUnauthorized, "the token is not known to this server "+
+			"(admins and approvers are the principals of its --auth file, or, without --auth, the admin token in its data directory's admin.token; "+
+			"an agent token is valid only for the server key it was made under)")
 	}
 	if p.Role == RoleAgent {
 		// Every call of an agent's token counts, before anything is done.

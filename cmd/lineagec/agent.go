@@ -52,6 +52,9 @@ genesis records the parent's id and current head.
 
 It prints the new agent id (agt_…) alone on stdout; --format json prints
 {agent, digest}. The data directory (--data) is created if it does not exist.
+Through a server (--server), the agent also gets its token (lga_…), which the
+server returns only this once: text prints the id on stdout and the token on
+stderr; --format json prints {agent, token, digest}.
 ` + exitCodesHelp + `
 create exits 0 when the agent was created, 1 otherwise (invalid policy, unknown
 parent, I/O).`,

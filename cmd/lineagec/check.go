@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -108,6 +109,9 @@ func writeResultText(w io.Writer, r fileResult) {
 // invalidPolicy is the error of a command that needed a valid policy: the
 // diagnostics go to stderr, one per line, then the summary.
 func invalidPolicy(r fileResult, stderr io.Writer) error {
+	if err := unreadable(r); err != nil {
+		return err
+	}
 	writeResultText(stderr, r)
 	n := len(r.Diagnostics)
 	s := "s"
@@ -115,4 +119,18 @@ func invalidPolicy(r fileResult, stderr io.Writer) error {
 		s = ""
 	}
 	return &exitError{code: exitFailure, err: fmt.Errorf("%s: invalid policy (%d problem%s)", r.File, n, s)}
+}
+
+// unreadable is the error of a policy file that could not be read at all (a
+// missing file is not an invalid policy), or nil: D301 (a missing file is
+// not an invalid policy).
+func unreadable(r fileResult) error {
+	if len(r.Diagnostics) != 1 {
+		return nil
+	}
+	d := r.Diagnostics[0]
+	if d.Code != diag.CodeIO || d.Pointer != "" || d.Line != 0 || d.File != r.File {
+		return nil
+	}
+	return &exitError{code: exitFailure, err: fmt.Errorf("cannot read %s: %s", r.File, strings.TrimPrefix(d.Message, "open "+r.File+": "))}
 }

@@ -56,6 +56,9 @@ func runCompile(p compileParams, args []string, stdout, stderr io.Writer) error 
 			if err := writeJSONIndent(stdout, r); err != nil {
 				return err
 			}
+			if err := unreadable(r); err != nil {
+				return err
+			}
 			return &exitError{code: exitFailure, err: fmt.Errorf("%s: invalid policy", r.File)}
 		}
 		return invalidPolicy(r, stderr)

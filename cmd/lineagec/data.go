@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/compiler"
@@ -57,9 +60,24 @@ func openSession(g *globalParams, how access) (*session, error) {
 	case !info.IsDir():
 		return nil, fmt.Errorf("data directory %s is not a directory", dir)
 	}
+	// A serve that owns the directory holds it for as long as it runs:
+	// waiting is in vain, and the way in is through it. D306 (a directory
+	// held by serve: say --server, do not wait).
+	st, err := store.OpenFile(dir, store.FileOptions{ReadOnly: how == readData})
+	if errors.Is(err, store.ErrLocked) {
+		if h := store.LockHolderOf(dir); serveURL(h.Command) != "" {
+			return nil, fmt.Errorf("the data directory %s is in use by %s, which owns it while it runs: "+
+				"talk to it instead, with --server %s (or $LINEAGE_SERVER) and a token in $LINEAGE_TOKEN "+
+				"(an admin's, %s without --auth; or an approver's)",
+				dir, h, serveURL(h.Command), filepath.Join(dir, "admin.token"))
+		}
+	}
+	if err == nil {
+		return newSession(dir, st), nil
+	}
 	// Another lineagec (or a service embedding the runtime) may hold the
 	// directory: wait for it, saying so at once, for up to --lock-timeout.
-	st, err := store.OpenFile(dir, store.FileOptions{
+	st, err = store.OpenFile(dir, store.FileOptions{
 		ReadOnly:    how == readData,
 		WaitForLock: g.lockTimeout > 0,
 		LockTimeout: g.lockTimeout,
@@ -114,4 +132,43 @@ func (s *session) agentError(agent string, err error) error {
 		return fmt.Errorf("%q is not an agent id", agent)
 	}
 	return err
+}
+
+// serveURL is the URL of the lineagec serve that a lock holder's command line
+// (as its lock note gives it) runs, or "" if it is not a serve: its --addr
+// (a wildcard host as the loopback one), https with --tls-cert.
+func serveURL(command string) string {
+	f := strings.Fields(command)
+	if len(f) < 2 || !strings.Contains(filepath.Base(f[0]), "lineagec") {
+		return ""
+	}
+	serve, scheme, addr := false, "http", "127.0.0.1:8181"
+	for i := 1; i < len(f); i++ {
+		a := f[i]
+		switch {
+		case a == "serve" && !serve:
+			serve = true
+		case a == "--addr" && i+1 < len(f):
+			addr = f[i+1]
+			i++
+		case strings.HasPrefix(a, "--addr="):
+			addr = strings.TrimPrefix(a, "--addr=")
+		case a == "--tls-cert" || strings.HasPrefix(a, "--tls-cert="):
+			scheme = "https"
+		}
+	}
+	if !serve {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	if port == "0" {
+		port = "PORT" // a port the system chose: serve printed it at start
+	}
+	return scheme + "://" + net.JoinHostPort(host, port)
 }

@@ -327,7 +327,7 @@ func decideHook(ctx context.Context, p hookParams, stdin io.Reader, stderr io.Wr
 				st = &s
 			}
 		}
-		return hookDeny(client.DenyText(tool, v, st))
+		return hookDeny(client.DenyText(tool, v, st, nil))
 	}
 }
 

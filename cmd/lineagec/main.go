@@ -31,6 +31,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/lineage-guard/lineage/internal/source"
 )
 
 // Exit codes (see the table above).
@@ -131,7 +134,7 @@ conformance suites.` + "\n" + exitCodesHelp,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return fmt.Errorf("%w\nusage: %s (see %s --help)", err, c.UseLine(), c.CommandPath())
+		return fmt.Errorf("%w%s\nusage: %s (see %s --help)", err, flagSuggestion(c, err), c.UseLine(), c.CommandPath())
 	})
 	for _, newCmd := range commands {
 		root.AddCommand(newCmd(g))
@@ -180,4 +183,24 @@ func exitCode(err error, stderr io.Writer) int {
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// flagSuggestion is cobra's "Did you mean this?" for a mistyped command,
+// given to a mistyped long flag: the command's flag (its own or inherited)
+// closest to the unknown one, by the edit distance of unknown policy fields;
+// or "". D302 (did you mean, for flags).
+func flagSuggestion(c *cobra.Command, err error) string {
+	name, ok := strings.CutPrefix(err.Error(), "unknown flag: --")
+	if !ok {
+		return ""
+	}
+	name, _, _ = strings.Cut(name, "=")
+	var known []string
+	c.Flags().VisitAll(func(f *pflag.Flag) { known = append(known, f.Name) })
+	c.InheritedFlags().VisitAll(func(f *pflag.Flag) { known = append(known, f.Name) })
+	s := source.Suggest(name, known)
+	if s == "" {
+		return ""
+	}
+	return "\n\nDid you mean this?\n\t--" + s + "\n"
 }

@@ -171,13 +171,18 @@ func writeAgentRows(w io.Writer, format string, rows []agentSummary) error {
 	return tw.Flush()
 }
 
-func remoteRequest(ctx context.Context, c *client.Client, agent string, req lineage.Request, stdout io.Writer) error {
+func remoteRequest(ctx context.Context, c *client.Client, agent string, req lineage.Request, stdout, stderr io.Writer) error {
 	v, err := c.Request(ctx, agent, req)
 	if err != nil {
 		return remoteError(err)
 	}
 	if err := writeJSONLine(stdout, v); err != nil {
 		return err
+	}
+	if v.Reason == "unlisted_tool" {
+		if _, doc, err := c.Policy(ctx, agent); err == nil {
+			unlistedHint(stderr, req.Tool, doc)
+		}
 	}
 	return verdictExit(v)
 }

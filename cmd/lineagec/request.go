@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 )
 
@@ -61,7 +62,7 @@ func runRequest(ctx context.Context, p requestParams, args []string, stdout, std
 		if err != nil {
 			return err
 		}
-		return remoteRequest(ctx, c, agent, req, stdout)
+		return remoteRequest(ctx, c, agent, req, stdout, stderr)
 	}
 	s, err := openSession(p.globalParams, writeData)
 	if err != nil {
@@ -75,5 +76,19 @@ func runRequest(ctx context.Context, p requestParams, args []string, stdout, std
 	if err := writeJSONLine(stdout, v); err != nil {
 		return err
 	}
+	if v.Reason == "unlisted_tool" {
+		if info, err := s.rt.Info(ctx, agent); err == nil {
+			unlistedHint(stderr, tool, info.Policy)
+		}
+	}
 	return verdictExit(v)
+}
+
+// unlistedHint prints, for an unlisted_tool denial, the listed tool the
+// name is a typo of, if there is one (the verdict stays as it is). D304 (did
+// you mean, for tools).
+func unlistedHint(stderr io.Writer, tool string, doc []byte) {
+	if h := policy.DidYouMean(tool, policy.ListedTools(doc)); h != "" {
+		fmt.Fprintf(stderr, "lineagec: %q is not a tool of the agent's policy; %s\n", tool, h)
+	}
 }

@@ -152,6 +152,11 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 			TokenSHA256: server.TokenSHA256(strings.TrimSpace(string(tok)))}}
 		abs, _ := filepath.Abs(tokenFile)
 		fmt.Fprintf(stderr, "lineagec: no --auth: the admin token is in %s\n", abs)
+	} else if tokenFile := filepath.Join(dir, "admin.token"); fileExists(tokenFile) {
+		// D307 (under --auth, admin.token is not a key): a token that worked
+		// yesterday gets 401 today; say why before anyone tries it.
+		abs, _ := filepath.Abs(tokenFile)
+		fmt.Fprintf(stderr, "lineagec: --auth %s: only its principals may call; the admin token in %s is not used (make an admin: lineagec token --role admin)\n", p.auth, abs)
 	}
 	// The file store in dir, or the shared store at --store; the keys stay
 	// in dir either way (every node needs the same server key).
@@ -206,6 +211,11 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		scheme = "https"
 	}
 	fmt.Fprintf(stderr, "lineagec: serving %s on %s://%s\n", where, scheme, ln.Addr())
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && scheme == "http" && !tcp.IP.IsLoopback() {
+		// D308 (plain HTTP beyond loopback is said at start).
+		fmt.Fprintf(stderr, "lineagec: warning: %s is not a loopback address and this is plain HTTP: "+
+			"tokens and approvals cross the network in clear text; give --tls-cert and --tls-key\n", ln.Addr())
+	}
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -236,4 +246,10 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stderr, "lineagec: stopped; the store is closed")
 	return nil
+}
+
+// fileExists reports whether path names an existing file.
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

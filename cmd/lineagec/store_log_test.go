@@ -339,7 +339,7 @@ func docsGrants(t *testing.T, names map[string]string) []string {
 func TestServeNodesShareKeys(t *testing.T) {
 	url := pgtest.URL(t)
 	keys := t.TempDir()
-	keyFile, authFile := filepath.Join(keys, "server.key"), filepath.Join(keys, "auth.json")
+	keyFile, authFile := filepath.Join(keys, "server.key"), filepath.Join(keys, "auth.yaml")
 	if err := os.WriteFile(keyFile, server.NewKey(), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,8 @@ func TestServeNodesShareKeys(t *testing.T) {
 	if code != exitOK || line == "" {
 		t.Fatalf("token: exit %d, %q, %s", code, out, stderr)
 	}
-	if err := os.WriteFile(authFile, []byte(`{"principals": [`+line+`]}`), 0o600); err != nil {
+	// The line pastes as it is under "principals:" (D305).
+	if err := os.WriteFile(authFile, []byte("principals:\n"+line+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	node := func(args ...string) string {

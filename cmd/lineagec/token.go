@@ -21,7 +21,11 @@ func newTokenCmd(*globalParams) *cobra.Command {
 		Short: "Make a fresh token for an admin or approver of lineagec serve",
 		Long: `Token prints a fresh random bearer token on the first line and, on the second,
 the principal's line for the --auth file of ` + "`lineagec serve`" + ` (which keeps only the
-token's SHA-256). Give the token to the person; put the line in the file.
+token's SHA-256). Give the token to the person; paste the line as it is under
+"principals:" in a YAML auth file: it is a list item, indented by two spaces:
+
+  principals:
+    - {"name": "alice", "role": "approver", "token_sha256": "…"}
 ` + exitCodesHelp,
 		Args: argsUsage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -40,7 +44,9 @@ func runToken(p tokenParams, stdout io.Writer) error {
 	line := fmt.Sprintf(`{"principals": [{"name": %q, "role": %q, "token_sha256": "%%s"}]}`, p.name, p.role)
 	// The line is validated like an auth file, so a bad name fails here, not at serve.
 	tok := server.NewToken()
-	entry := fmt.Sprintf(`{"name": %q, "role": %q, "token_sha256": %q}`, p.name, p.role, server.TokenSHA256(tok))
+	// A YAML list item, indented: pasted under "principals:" it is one more
+	// principal. D305 (the token's line pastes as a list item).
+	entry := fmt.Sprintf(`  - {"name": %q, "role": %q, "token_sha256": %q}`, p.name, p.role, server.TokenSHA256(tok))
 	if _, err := server.ParseAuth("", []byte(fmt.Sprintf(line, server.TokenSHA256(tok)))); err != nil {
 		return fmt.Errorf("--name %q: %w", p.name, err)
 	}

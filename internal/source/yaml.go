@@ -99,6 +99,11 @@ func yamlError(file string, data []byte, err error) diag.Diagnostic {
 	if m := yamlErrLine.FindStringSubmatch(err.Error()); m != nil {
 		line, _ = strconv.Atoi(m[1])
 		msg = m[2]
+		if strings.HasPrefix(msg, "did not find expected ") {
+			if l := problemLine(data, msg); l > 0 {
+				line = l
+			}
+		}
 	} else if strings.HasPrefix(msg, "unknown anchor '") {
 		name := strings.TrimSuffix(strings.TrimPrefix(msg, "unknown anchor '"), "' referenced")
 		if i := bytes.Index(data, []byte("*"+name)); i >= 0 {
@@ -123,6 +128,57 @@ func yamlError(file string, data []byte, err error) diag.Diagnostic {
 		pos.Line, pos.Col = line, 1
 	}
 	return diag.Diagnostic{Code: diag.CodeSyntax, Position: pos, Message: msg}
+}
+
+// problemLine returns the line where the parser meets the token that makes
+// msg, or 0. For "did not find expected …" yaml.v3 names the line of the
+// construct it was parsing (a block mapping that starts lines earlier), not
+// the line of the token it found instead; that line is the first whose
+// prefix of the document fails with the same message while the prefix one
+// line shorter parses: D300 (a YAML error names its line).
+func problemLine(data []byte, msg string) int {
+	var ends []int // ends[i] is the length of the first i+1 lines
+	for i, b := range data {
+		if b == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
+		ends = append(ends, len(data))
+	}
+	fails := func(n int) (same, any bool) { // parsing the first n lines
+		if n == 0 {
+			return false, false
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data[:ends[n-1]]))
+		for {
+			var doc yaml.Node
+			err := dec.Decode(&doc)
+			if errors.Is(err, io.EOF) {
+				return false, false
+			}
+			if err != nil {
+				m := yamlErrLine.FindStringSubmatch(err.Error())
+				return m != nil && m[2] == msg, true
+			}
+		}
+	}
+	lo, hi := 1, len(ends) // the answer is in [lo, hi] if the whole fails
+	if same, _ := fails(hi); !same {
+		return 0
+	}
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if same, _ := fails(mid); same {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	if _, failed := fails(lo - 1); failed {
+		return 0 // the prefixes do not tell: keep the parser's line
+	}
+	return lo
 }
 
 // lineText returns the text of 1-based line n.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
 )
@@ -86,4 +87,17 @@ func readHolder(f *os.File) LockHolder {
 		}
 	}
 	return h
+}
+
+// LockHolderOf returns what the lock file of directory dir says of the
+// process that holds it for writing, without taking the lock (the zero
+// LockHolder if there is no note or its process is gone): for a caller that
+// found the directory locked and would tell its user who holds it.
+func LockHolderOf(dir string) LockHolder {
+	f, err := os.Open(filepath.Join(dir, LockName))
+	if err != nil {
+		return LockHolder{}
+	}
+	defer f.Close()
+	return readHolder(f)
 }

@@ -424,7 +424,7 @@ func TestBrowser(t *testing.T) {
 		// The timeline says each verdict in words, never by colour alone.
 		var badges []string
 		tb.eval(t, `[...document.querySelectorAll(".timeline .badge")].map(b => b.textContent.trim())`, &badges)
-		want := []string{"✔ approved", "⏳ pending", "✖ denied, minor scar (+1)", "✔ allowed", "✖ denied, minor scar (+1)", "✔ allowed", "§ policy", "★ created"}
+		want := []string{"✔ approved", "pending", "✖ denied, minor scar (+1)", "✔ allowed", "✖ denied, minor scar (+1)", "✔ allowed", "§ policy", "★ created"}
 		if fmt.Sprintf("%q", badges) != fmt.Sprintf("%q", want) {
 			t.Errorf("timeline badges %q, want %q", badges, want)
 		}

@@ -198,7 +198,10 @@ func verdictBadge(v lineage.Verdict) (badge, icon, class string) {
 	case lineage.Allow:
 		return "allowed", "✔", "allow"
 	case lineage.Pending:
-		return "pending", "⏳", "pending"
+		// No character: ⏳ is an emoji that a machine without an emoji font
+		// shows as an empty box; the template draws an hourglass in SVG.
+		// D309 (the inbox reads the same without emoji fonts or a clock).
+		return "pending", "", "pending"
 	}
 	if v.Scar != nil {
 		return fmt.Sprintf("denied, %s scar (+%d)", v.Scar.Severity, v.Scar.Weight), "✖", "deny"

@@ -93,6 +93,16 @@
     es.addEventListener('error', function () { document.body.setAttribute('data-connected', 'no'); });
   }
 
+  // Record times in the reader's own time zone, the exact RFC 3339 value on
+  // hover (the title the server wrote).
+  document.querySelectorAll('time[data-local]').forEach(function (el) {
+    var t = new Date(el.getAttribute('datetime'));
+    if (isNaN(t.getTime())) return;
+    el.textContent = t.toLocaleString(undefined, {
+      year: 'numeric', month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit'
+    });
+  });
+
   tick();
   setInterval(tick, 1000);
 })();

@@ -86,6 +86,7 @@ func (g *globalParams) dataDir() string {
 // its file with a constructor and list the constructor here.
 var commands = []func(*globalParams) *cobra.Command{
 	newCheckCmd,
+	newAnalyzeCmd,
 	newCompileCmd,
 	newSchemaCmd,
 	newAgentCmd,

@@ -91,6 +91,7 @@ var commands = []func(*globalParams) *cobra.Command{
 	newSchemaCmd,
 	newAgentCmd,
 	newRequestCmd,
+	newExplainCmd,
 	newApproveCmd,
 	newRejectCmd,
 	newTerminateCmd,

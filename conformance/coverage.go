@@ -158,7 +158,7 @@ func (pc *policyCoverage) reach(tool string, v lineage.Verdict) {
 		mark(label + "\x00" + v.Reason)
 	default:
 		// A constraint's reason: every constraint of the rule with that reason
-		// (D314 (a reason covers the constraints that give it)).
+		// (D314 (a reason stands for the constraints that give it)).
 		mark(label + "\x00when:" + v.Reason)
 	}
 	if v.Terminated == lineage.BudgetExhausted || v.Terminated == lineage.ScarLimitReached {

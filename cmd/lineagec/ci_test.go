@@ -122,3 +122,27 @@ func TestCITemplates(t *testing.T) {
 		})
 	}
 }
+
+// TestReadmeAnalyze: the analyze output the README and docs/authoring.md show
+// for the invoice policy is what analyze prints.
+func TestReadmeAnalyze(t *testing.T) {
+	t.Chdir("../..")
+	var out strings.Builder
+	if err := runAnalyze(analyzeParams{format: formatText}, "examples/invoice/policy.yaml", &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	want := "$ lineagec analyze examples/invoice/policy.yaml\n" + out.String()
+	for _, file := range []string{"README.md", "docs/authoring.md"} {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(raw)
+		if file == "docs/authoring.md" { // an indented block
+			text = strings.ReplaceAll(text, "\n    ", "\n")
+		}
+		if !strings.Contains(text, want) {
+			t.Errorf("%s does not show what analyze prints:\n%s", file, want)
+		}
+	}
+}

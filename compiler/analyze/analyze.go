@@ -129,7 +129,9 @@ func Analyze(p policy.Policy) Report {
 		// max_actions allowed at t, the next max_actions at t+window (the window
 		// is (t-window, t]), and so on.
 		windows := (calls+rl.MaxActions-1)/rl.MaxActions - 1
-		secs = satMul(windows, rl.WindowSecs)
+		// Capped at 2^53-1, a number every JSON reader holds exactly: a lower
+		// bound made lower stays sound.
+		secs = min(satMul(windows, rl.WindowSecs), 1<<53-1)
 	}
 	rep.MinSecondsToExhaust = &secs
 	sort.SliceStable(rep.Findings, func(i, j int) bool { return rep.Findings[i].Path < rep.Findings[j].Path })

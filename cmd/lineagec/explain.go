@@ -299,15 +299,15 @@ func extensionPos(p policy.Policy, doc *source.Document, text string) diag.Posit
 		}
 		line := strings.Count(m.Source[:idx], "\n") + 1
 		col := idx - strings.LastIndex(m.Source[:idx], "\n")
-		if pos, _ := doc.TextPos(diag.Pointer("rego", fmt.Sprint(i), "source")); pos.Line > 0 {
-			pos.Line += line - 1
-			pos.Col += col - 1
-			return pos
-		}
 		if path, ok := regoPath(doc, i); ok {
 			return diag.Position{File: path, Line: line, Col: col}
 		}
-		return doc.Pos(diag.Pointer("rego", fmt.Sprint(i)))
+		pos, _ := doc.TextPos(diag.Pointer("rego", fmt.Sprint(i), "source"))
+		if pos.Line > 0 {
+			pos.Line += line - 1
+			pos.Col += col - 1
+		}
+		return pos
 	}
 	return doc.Pos("/rego")
 }

@@ -174,7 +174,7 @@ func explain(ctx context.Context, c *policy.Compiled, doc *source.Document, req 
 	if err != nil {
 		return nil, err
 	}
-	return describe(c.Policy, doc, req.Tool, v, st), nil
+	return describe(c.Policy, doc, req.Tool, v, st, false), nil
 }
 
 // decidingStep is the step of the decision order a verdict's reason names.
@@ -200,9 +200,18 @@ func decidingStep(v lineage.Verdict) int {
 	return 6 // a constraint's reason, an extension's, invalid_args, extension_error
 }
 
-func describe(p policy.Policy, doc *source.Document, tool string, v lineage.Verdict, st *lineage.State) *Explanation {
+// describe derives the steps; retry says the verdict is a recorded one given
+// again (request --explain of an earlier id).
+func describe(p policy.Policy, doc *source.Document, tool string, v lineage.Verdict, st *lineage.State, retry bool) *Explanation {
 	ex := &Explanation{Verdict: v}
 	decided := decidingStep(v)
+	if retry {
+		// A recorded verdict given again: a retry of an earlier id (request --explain).
+		ex.Steps = []ExplainStep{{Step: 1, Name: stepNames[1], Result: string(v.Decision), Detail: "a retry of request " + v.RequestID + ": its recorded verdict"}}
+		pos := doc.Pos("")
+		ex.DecidedBy = DecidedBy{Step: 1, File: doc.File, Line: pos.Line, Column: pos.Col}
+		return ex
+	}
 	rule, ok := p.Tools[tool]
 	label, ptr := "tools."+tool, []string{"tools", tool}
 	if !ok && p.DefaultRule != nil {
@@ -354,4 +363,57 @@ func writeExplanation(w io.Writer, req lineage.Request, ex *Explanation) {
 		fmt.Fprintf(w, ": %s", by.Expr)
 	}
 	fmt.Fprintln(w)
+}
+
+// explainer holds what request --explain needs from before the request: the
+// agent's state and policy, and the source its positions point into.
+type explainer struct {
+	state  lineage.State
+	policy policy.Policy
+	doc    *source.Document
+}
+
+// newExplainer reads the agent's state and the policy of its log; file, if
+// given, must be that policy's source (the same digest).
+func newExplainer(ctx context.Context, rt *runtime.Runtime, agent, file string) (*explainer, error) {
+	st, err := rt.State(ctx, agent)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := rt.Records(agent)
+	if err != nil {
+		return nil, err
+	}
+	var body lineage.PolicyBody
+	for _, rec := range recs {
+		if rec.Kind == lineage.KindPolicy {
+			if err := json.Unmarshal(rec.Body, &body); err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
+	c, err := compiler.Compile("", body.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("the policy of %s: %w", agent, err)
+	}
+	name, data := agent+" (policy in its log)", []byte(body.Policy)
+	if file != "" {
+		fc, err := compiler.CompileFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--policy %s: %w", file, err)
+		}
+		if fc.Digest != c.Digest {
+			return nil, fmt.Errorf("--policy %s is not the policy of %s (%s, not %s)", file, agent, fc.Digest, c.Digest)
+		}
+		if data, err = os.ReadFile(file); err != nil {
+			return nil, err
+		}
+		name = file
+	}
+	doc, diags := source.Load(name, data)
+	if len(diags) > 0 {
+		return nil, diags
+	}
+	return &explainer{state: st, policy: c.Policy, doc: doc}, nil
 }

@@ -287,6 +287,10 @@ func Discover(paths []string) (cases []Candidate, rego []string, err error) {
 			name := d.Name()
 			switch {
 			case name == "skip.yaml", name == "package.json", name == "package-lock.json":
+			case path != p && strings.HasPrefix(name, "."):
+				// Hidden files are skipped as hidden folders are: a
+				// repository's .gitlab-ci.yml is no case file (D316 (a walk
+				// skips hidden files)).
 			case strings.HasSuffix(name, ".rego"):
 				rego = append(rego, path)
 			case strings.HasSuffix(name, ".yaml"), strings.HasSuffix(name, ".yml"), strings.HasSuffix(name, ".json"):

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
+
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/policy"
@@ -42,9 +44,13 @@ func (c *Case) compile() (*policy.Compiled, error) {
 // Run executes one case against the real pipeline: its policy compiled by the
 // compiler, each step decided by a fresh runtime over a memory store.
 func (c *Case) Run(ctx context.Context) Result {
+	return c.run1(ctx, nil)
+}
+
+func (c *Case) run1(ctx context.Context, cov *coverageSink) Result {
 	start := time.Now()
 	res := Result{ID: c.ID(), File: c.File.Path, Name: c.Name}
-	res.Failures = c.run(ctx)
+	res.Failures = c.run(ctx, cov)
 	res.Status = "pass"
 	if len(res.Failures) > 0 {
 		res.Status = "fail"
@@ -53,7 +59,8 @@ func (c *Case) Run(ctx context.Context) Result {
 	return res
 }
 
-func (c *Case) run(ctx context.Context) []string {
+// run runs the case; cov, when not nil, collects what its verdicts reached.
+func (c *Case) run(ctx context.Context, cov *coverageSink) []string {
 	compiled, err := c.compile()
 	if c.CompileErr != nil {
 		if err == nil {
@@ -74,11 +81,17 @@ func (c *Case) run(ctx context.Context) []string {
 	if c.assertions() == 0 {
 		return []string{"the case asserts nothing: give a step an expect, or add expect_state"}
 	}
-	rt := runtime.Open(store.NewMemory(), runtime.Options{
+	opts := runtime.Options{
 		Compile:    func(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) },
 		Clock:      func() time.Time { return Genesis },
 		NewAgentID: func() string { return "agt_conformance" },
-	})
+	}
+	var pc *policyCoverage
+	if cov != nil {
+		pc = cov.policy(c, compiled)
+		opts.OnDecision = func(_ string, in ast.Value) { pc.inputs = append(pc.inputs, in) }
+	}
+	rt := runtime.Open(store.NewMemory(), opts)
 	agent, err := rt.CreateAgent(ctx, compiled, runtime.CreateOptions{At: Genesis})
 	if err != nil {
 		return []string{"creating the agent: " + err.Error()}
@@ -86,7 +99,11 @@ func (c *Case) run(ctx context.Context) []string {
 	var fails []string
 	now := Genesis
 	for _, s := range c.Steps {
+		tool := pc.toolOf(ctx, rt, agent, s)
 		v, stepErr := c.step(ctx, rt, agent, s, &now)
+		if pc != nil && stepErr == nil && v != nil {
+			pc.reach(tool, *v)
+		}
 		if s.Expect == nil {
 			if stepErr != nil {
 				fails = append(fails, fmt.Sprintf("step %d (%s): unexpected error: %v", s.Index+1, s.describe(), stepErr))

@@ -26,6 +26,15 @@ type Report struct {
 	Passed  int      `json:"passed"`
 	Failed  int      `json:"failed"`
 	Skipped int      `json:"skipped"`
+	// Coverage is set when the run was asked for it (RunOptions.Coverage).
+	Coverage *Coverage `json:"coverage,omitempty"`
+}
+
+// RunOptions are the options of RunPathsWith.
+type RunOptions struct {
+	// Coverage: report which outcomes of each policy the cases reached
+	// (docs/cases.md#coverage).
+	Coverage bool
 }
 
 func (r *Report) add(res Result) {
@@ -50,6 +59,15 @@ const SkipFile = "skip.yaml"
 // RunPaths runs every case file and every Rego test under paths. A file that
 // does not load counts as one failure named after the file.
 func RunPaths(ctx context.Context, paths []string) (*Report, error) {
+	return RunPathsWith(ctx, paths, RunOptions{})
+}
+
+// RunPathsWith is RunPaths with options.
+func RunPathsWith(ctx context.Context, paths []string, o RunOptions) (*Report, error) {
+	var cov *coverageSink
+	if o.Coverage {
+		cov = newCoverageSink()
+	}
 	cands, regoFiles, err := Discover(paths)
 	if err != nil {
 		return nil, err
@@ -74,7 +92,12 @@ func RunPaths(ctx context.Context, paths []string) (*Report, error) {
 				rep.add(Result{ID: c.ID(), File: c.File.Path, Name: c.Name, Status: "skip", Reason: reason})
 				continue
 			}
-			rep.add(c.Run(ctx))
+			rep.add(c.run1(ctx, cov))
+		}
+	}
+	if cov != nil {
+		if rep.Coverage, err = cov.report(ctx); err != nil {
+			return nil, err
 		}
 	}
 	if len(regoFiles) > 0 {
@@ -227,12 +250,17 @@ func (r *Report) WriteJUnit(w io.Writer) error {
 		Failure   *failure `xml:"failure,omitempty"`
 		Skipped   *skipped `xml:"skipped,omitempty"`
 	}
+	type property struct {
+		Name  string `xml:"name,attr"`
+		Value string `xml:"value,attr"`
+	}
 	type testsuite struct {
-		Name     string     `xml:"name,attr"`
-		Tests    int        `xml:"tests,attr"`
-		Failures int        `xml:"failures,attr"`
-		Skipped  int        `xml:"skipped,attr"`
-		Cases    []testcase `xml:"testcase"`
+		Name       string      `xml:"name,attr"`
+		Tests      int         `xml:"tests,attr"`
+		Failures   int         `xml:"failures,attr"`
+		Skipped    int         `xml:"skipped,attr"`
+		Properties *[]property `xml:"properties>property,omitempty"`
+		Cases      []testcase  `xml:"testcase"`
 	}
 	type testsuites struct {
 		XMLName xml.Name    `xml:"testsuites"`
@@ -259,6 +287,19 @@ func (r *Report) WriteJUnit(w io.Writer) error {
 			tc.Skipped = &skipped{Message: res.Reason}
 		}
 		s.Cases = append(s.Cases, tc)
+	}
+	if r.Coverage != nil {
+		// Each file's suite carries the coverage of the policies it holds and
+		// of the whole run (docs/cases.md#coverage).
+		for i := range out.Suites {
+			props := []property{{Name: "coverage", Value: fmt.Sprintf("%.1f", r.Coverage.Percent)}}
+			for _, p := range r.Coverage.Policies {
+				if p.File == out.Suites[i].Name {
+					props = append(props, property{Name: fmt.Sprintf("coverage.%s:%d", p.File, p.line), Value: fmt.Sprintf("%.1f", p.Percent)})
+				}
+			}
+			out.Suites[i].Properties = &props
+		}
 	}
 	if _, err := io.WriteString(w, xml.Header); err != nil {
 		return err

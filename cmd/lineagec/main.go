@@ -89,10 +89,12 @@ func (g *globalParams) dataDir() string {
 // its file with a constructor and list the constructor here.
 var commands = []func(*globalParams) *cobra.Command{
 	newCheckCmd,
+	newAnalyzeCmd,
 	newCompileCmd,
 	newSchemaCmd,
 	newAgentCmd,
 	newRequestCmd,
+	newExplainCmd,
 	newApproveCmd,
 	newRejectCmd,
 	newTerminateCmd,

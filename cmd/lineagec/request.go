@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -17,6 +18,8 @@ type requestParams struct {
 	args    string
 	argsSet bool // --args was given (even as "")
 	id      string
+	explain bool   // --explain
+	policy  string // --policy: the source of the agent's policy, for positions
 }
 
 func newRequestCmd(g *globalParams) *cobra.Command {
@@ -33,7 +36,10 @@ is an error). Without --id the guard assigns req_<seq>.
 It prints the verdict as one line of JSON:
   {"decision","reason","cost","scar","terminated","request_id","seq"}
 A malformed request (bad tool name, args not a JSON object, …), an unknown agent
-or an id conflict is an error, and nothing is recorded.
+or an id conflict is an error, and nothing is recorded. --explain then prints the steps of the
+decision order up to the deciding one and where the policy says it, as
+"lineagec explain" does (positions in --policy FILE when given and the
+agent's policy, else in the normalized policy of its log).
 ` + exitCodesHelp + `
 request exits 0 allow, 2 deny, 3 pending (approve or reject it with its
 request_id), 1 error.`,
@@ -45,6 +51,8 @@ request_id), 1 error.`,
 	}
 	cmd.Flags().StringVar(&p.args, "args", "", `the tool call's arguments, one JSON object (e.g. '{"amount": 120}')`)
 	cmd.Flags().StringVar(&p.id, "id", "", "idempotency key of the request (unique per agent)")
+	cmd.Flags().BoolVar(&p.explain, "explain", false, "after the verdict, print the steps of the decision order that decided it (explain.go)")
+	cmd.Flags().StringVar(&p.policy, "policy", "", "with --explain: the agent's policy file, for file:line:col positions")
 	return cmd
 }
 
@@ -62,6 +70,9 @@ func runRequest(ctx context.Context, p requestParams, args []string, stdout, std
 		if err != nil {
 			return err
 		}
+		if p.explain {
+			return fmt.Errorf("--explain works on a local store only")
+		}
 		return remoteRequest(ctx, c, agent, req, stdout, stderr)
 	}
 	s, err := openSession(p.globalParams, writeData)
@@ -69,6 +80,12 @@ func runRequest(ctx context.Context, p requestParams, args []string, stdout, std
 		return err
 	}
 	defer s.close(stderr)
+	var why *explainer
+	if p.explain {
+		if why, err = newExplainer(ctx, s.rt, agent, p.policy); err != nil {
+			return s.agentError(agent, err)
+		}
+	}
 	v, err := s.rt.Request(ctx, agent, req)
 	if err != nil {
 		return s.agentError(agent, err)
@@ -80,6 +97,12 @@ func runRequest(ctx context.Context, p requestParams, args []string, stdout, std
 		if info, err := s.rt.Info(ctx, agent); err == nil {
 			unlistedHint(stderr, tool, info.Policy)
 		}
+	}
+	if why != nil {
+		if req.At.IsZero() {
+			req.At = time.Now().UTC()
+		}
+		writeExplanation(stdout, req, describe(why.policy, why.doc, req.Tool, v, &why.state, v.Seq <= why.state.Seq))
 	}
 	return verdictExit(v)
 }

@@ -14,8 +14,10 @@ import (
 )
 
 type testParams struct {
-	format string
-	junit  string
+	format    string
+	junit     string
+	coverage  bool
+	failUnder float64
 }
 
 func newTestCmd(g *globalParams) *cobra.Command {
@@ -28,6 +30,11 @@ func newTestCmd(g *globalParams) *cobra.Command {
 with the reasons below it, SKIP for known gaps listed in a directory's
 skip.yaml) and ends with the line "N passed, N failed". --format json prints
 the report as JSON; --junit FILE also writes it as JUnit XML.
+--coverage also reports, for every policy the cases use, which outcomes its
+cases reached (docs/cases.md#coverage): one line per policy with the
+percentage, then each outcome not reached with its file:line; in JSON the
+"coverage" member, in JUnit properties. --fail-under N (with --coverage)
+fails the run below N percent.
 ` + exitCodesHelp + `
 test exits 0 when every case passed, 1 when one failed or nothing ran.`,
 		Args: argsUsage(cobra.MinimumNArgs(1)),
@@ -37,6 +44,8 @@ test exits 0 when every case passed, 1 when one failed or nothing ran.`,
 	}
 	addFormatFlag(cmd, &p.format, formatText, formatJSON)
 	cmd.Flags().StringVar(&p.junit, "junit", "", "also write the report as JUnit XML to this file")
+	cmd.Flags().BoolVar(&p.coverage, "coverage", false, "report which outcomes of each policy the cases reached")
+	cmd.Flags().Float64Var(&p.failUnder, "fail-under", 0, "with --coverage: exit 1 when the coverage is below this percentage")
 	return cmd
 }
 
@@ -44,7 +53,13 @@ func runTest(ctx context.Context, p testParams, paths []string, stdout, _ io.Wri
 	if err := checkFormat(p.format, formatText, formatJSON); err != nil {
 		return err
 	}
-	rep, err := conformance.RunPaths(ctx, paths)
+	if p.failUnder != 0 && !p.coverage {
+		return fmt.Errorf("--fail-under needs --coverage")
+	}
+	if p.failUnder < 0 || p.failUnder > 100 {
+		return fmt.Errorf("--fail-under %v: want a percentage from 0 to 100", p.failUnder)
+	}
+	rep, err := conformance.RunPathsWith(ctx, paths, conformance.RunOptions{Coverage: p.coverage})
 	if err != nil {
 		return err
 	}
@@ -54,6 +69,9 @@ func runTest(ctx context.Context, p testParams, paths []string, stdout, _ io.Wri
 		}
 	} else {
 		rep.WriteText(stdout)
+		if rep.Coverage != nil {
+			rep.Coverage.WriteText(stdout)
+		}
 	}
 	if p.junit != "" {
 		if err := writeJUnit(rep, p.junit); err != nil {
@@ -65,6 +83,8 @@ func runTest(ctx context.Context, p testParams, paths []string, stdout, _ io.Wri
 		return &exitError{code: exitFailure}
 	case rep.Passed == 0:
 		return &exitError{code: exitFailure, err: fmt.Errorf("no test ran under %s", strings.Join(paths, ", "))}
+	case rep.Coverage != nil && rep.Coverage.Percent < p.failUnder:
+		return &exitError{code: exitFailure, err: fmt.Errorf("coverage %.1f%% is below --fail-under %v", rep.Coverage.Percent, p.failUnder)}
 	}
 	return nil
 }

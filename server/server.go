@@ -55,6 +55,9 @@ type Config struct {
 	// store.Marks): a log that does not extend it is refused
 	// (checkpoint_diverged) by the checkpoint, proof and verify routes.
 	Marks store.Marks
+	// Backup, if set, writes GET /v1/backup (backup.go); nil answers
+	// not_found (a PostgreSQL store: pg_dump).
+	Backup BackupFunc
 }
 
 // MaxWait is the longest ?wait= on a request.
@@ -151,6 +154,7 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/agents/{agent}/checkpoint", staffOrSelf, s.checkpoint},
 		{"GET", "/v1/agents/{agent}/proof/{seq}", staffOrSelf, s.proof},
 		{"GET", "/v1/pending", staff, s.pending},
+		{"GET", "/v1/backup", adminOnly, s.backup},
 		{"GET", "/v1/events", staff, func(w http.ResponseWriter, r *http.Request, _ Principal) error {
 			s.handleEvents(w, r)
 			return nil

@@ -197,7 +197,7 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	marks, _ := st.(store.Marks)
 	srv, err := server.New(server.Config{Runtime: rt, Principals: principals, Key: key,
 		Logger: slog.New(handler), SyncStats: syncStats, CheckpointSigner: signer, AgentRPS: rps, AgentBurst: p.burst,
-		Marks: marks})
+		Marks: marks, Backup: serveBackup(st, dir)})
 	if err != nil {
 		return err
 	}

@@ -58,6 +58,9 @@ type Config struct {
 	// Backup, if set, writes GET /v1/backup (backup.go); nil answers
 	// not_found (a PostgreSQL store: pg_dump).
 	Backup BackupFunc
+	// DecisionLog, if its URL is set, exports every verdict to a sink
+	// (export.go).
+	DecisionLog DecisionLogConfig
 }
 
 // MaxWait is the longest ?wait= on a request.
@@ -83,6 +86,8 @@ type Server struct {
 	// vetted: agents whose log was found to extend its checkpoint mark
 	// (checkMark), once a process.
 	vetted sync.Map
+
+	export *exporter // serve --decision-log (export.go)
 }
 
 // New builds a server. Close it to end its event streams and waits.
@@ -108,13 +113,19 @@ func New(cfg Config) (*Server, error) {
 	if cfg.CheckpointSigner != nil {
 		s.startCheckpoints()
 	}
+	if cfg.DecisionLog.URL != "" {
+		if err := s.startExport(); err != nil {
+			s.stopCheckpoints()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
 // Close ends the event streams and the held requests (they answer at once
 // with the verdict as it is) and the checkpoint signers; in-flight
 // decisions are not affected.
-func (s *Server) Close() { s.hub.close(); s.stopCheckpoints() }
+func (s *Server) Close() { s.hub.close(); s.stopCheckpoints(); s.stopExport() }
 
 // access says who may call a route.
 type access int

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -206,4 +208,50 @@ func TestBackupUnderLoad(t *testing.T) {
 	if _, err := os.Stat(into); err == nil {
 		t.Errorf("a failed restore made %s", into)
 	}
+	// A record changed in the tar: the log does not verify, nothing is made.
+	forged := filepath.Join(t.TempDir(), "forged.tar")
+	if err := os.WriteFile(forged, forgeTar(t, b), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	errb.Reset()
+	if code := run([]string{"restore", forged, "--data", into}, &out, &errb); code == 0 || !strings.Contains(errb.String(), "does not verify") {
+		t.Errorf("restore of a forged backup: exit %d, %q", code, errb.String())
+	}
+	if _, err := os.Stat(into); err == nil {
+		t.Errorf("a failed restore made %s", into)
+	}
+}
+
+// forgeTar changes the cost of the last allowed action of the first log in
+// the tar b (its hash left as it was).
+func forgeTar(t *testing.T, b []byte) []byte {
+	tr := tar.NewReader(bytes.NewReader(b))
+	var out bytes.Buffer
+	tw := tar.NewWriter(&out)
+	done := false
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(tr)
+		if !done && strings.HasSuffix(h.Name, store.Ext) {
+			i := bytes.LastIndex(body, []byte(`"cost":2`))
+			if i < 0 {
+				t.Fatalf("no cost in %s", h.Name)
+			}
+			body = append(append(append([]byte{}, body[:i]...), []byte(`"cost":1`)...), body[i+len(`"cost":2`):]...)
+			done = true
+		}
+		h.Size = int64(len(body))
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(body)
+	}
+	tw.Close()
+	return out.Bytes()
 }

@@ -54,6 +54,10 @@ type DecisionLogConfig struct {
 	// MaxBackoff bounds the wait between two attempts (default 5 s); the
 	// first wait is 100 ms, doubled each failure, with jitter.
 	MaxBackoff time.Duration
+	// Flush is how long news is gathered before a batch is read (default
+	// 250 ms): the file store reads a log from its start to reach its new
+	// records, so fewer, fuller batches cost less.
+	Flush time.Duration
 	// Timeout bounds one POST (default 30 s).
 	Timeout time.Duration
 	// Client sends the batches (default: a client with Timeout).
@@ -111,6 +115,9 @@ func (s *Server) startExport() error {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second
+	}
+	if cfg.Flush <= 0 {
+		cfg.Flush = 250 * time.Millisecond
 	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Timeout: cfg.Timeout}
@@ -267,6 +274,11 @@ func (e *exporter) run() {
 		case <-e.stop:
 			return
 		case <-e.wake:
+		}
+		select {
+		case <-e.stop:
+			return
+		case <-time.After(e.cfg.Flush):
 		}
 		for {
 			batch, spans, err := e.collect()

@@ -139,3 +139,27 @@ func TestDecisionLogApprovals(t *testing.T) {
 	defer srv.Close()
 	second.waitFor(t, id(v1.Seq), id(v2.Seq), id(v3.Seq))
 }
+
+// TestBackupRoute: GET /v1/backup is for admins, and answers not_found
+// where there is no file store to copy (PostgreSQL: pg_dump).
+func TestBackupRoute(t *testing.T) {
+	svc := servertest.Start(t)
+	for _, c := range []struct {
+		tok    string
+		status int
+		code   string
+	}{{svc.ApproverToken, 403, "forbidden"}, {svc.AdminToken, 404, "not_found"}} {
+		req, _ := http.NewRequest("GET", svc.URL+"/v1/backup", nil)
+		req.Header.Set("Authorization", "Bearer "+c.tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct{ Code, Message string }
+		json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || e.Code != c.code {
+			t.Errorf("GET /v1/backup: %d %+v, want %d %s", resp.StatusCode, e, c.status, c.code)
+		}
+	}
+}

@@ -192,6 +192,25 @@ func TestBackupUnderLoad(t *testing.T) {
 		t.Errorf("the backup did not run under load: %d acknowledged before it, %d after", before, after)
 	}
 
+	// With serve stopped, backup --data reads the directory: the copy is the
+	// whole live log.
+	tar2 := filepath.Join(t.TempDir(), "offline.tar")
+	errb.Reset()
+	if code := run([]string{"backup", "--data", data, "-o", tar2}, &out, &errb); code != 0 {
+		t.Fatalf("backup --data: exit %d: %s", code, errb.String())
+	}
+	offline := filepath.Join(t.TempDir(), "offline")
+	if code := run([]string{"restore", tar2, "--data", offline}, &out, &errb); code != 0 {
+		t.Fatalf("restore: exit %d: %s", code, errb.String())
+	}
+	for _, b := range bots {
+		live, _ := os.ReadFile(filepath.Join(data, b.id+store.Ext))
+		copied, _ := os.ReadFile(filepath.Join(offline, b.id+store.Ext))
+		if !bytes.Equal(live, copied) {
+			t.Errorf("%s: the offline backup's log (%d bytes) is not the log (%d bytes)", b.id, len(copied), len(live))
+		}
+	}
+
 	// Restore refuses a directory that holds files, and a backup cut short.
 	errb.Reset()
 	if code := run([]string{"restore", tar, "--data", data}, &out, &errb); code == 0 || !strings.Contains(errb.String(), "not empty") {

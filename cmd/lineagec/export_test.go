@@ -281,6 +281,13 @@ func TestDecisionLogExport(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(data, server.ExportCursorName)); err != nil {
 		t.Errorf("no cursor: %v", err)
 	}
+	for _, ev := range sink.got {
+		if ev["lineage"].(map[string]any)["seq"] == float64(2) {
+			b, _ := json.Marshal(ev)
+			t.Logf("an exported event: %s", b)
+			break
+		}
+	}
 	repeats := sink.events - len(sink.got)
 	t.Logf("%d action records, %d events at the sink (%d repeats; %d unique before the restart); POSTs by mode %v",
 		records, sink.events, repeats, before, sink.posts)

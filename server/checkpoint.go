@@ -137,7 +137,7 @@ func (s *Server) startCheckpoints() {
 		s.ckpts.interval = DefaultCheckpointInterval
 	}
 	s.ckpts.stop = make(chan struct{})
-	s.rt.WatchLogs(&runtime.LogWatch{Appended: s.appended, Unloaded: s.unloaded})
+	s.watchLogs() // export.go: the one watcher tells the signer and the export
 	s.met.reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "lineage_checkpoints_signed_total", Help: "Checkpoints signed (serve --checkpoint-key).",

@@ -55,6 +55,12 @@ type Config struct {
 	// store.Marks): a log that does not extend it is refused
 	// (checkpoint_diverged) by the checkpoint, proof and verify routes.
 	Marks store.Marks
+	// Backup, if set, writes GET /v1/backup (backup.go); nil answers
+	// not_found (a PostgreSQL store: pg_dump).
+	Backup BackupFunc
+	// DecisionLog, if its URL is set, exports every verdict to a sink
+	// (export.go).
+	DecisionLog DecisionLogConfig
 }
 
 // MaxWait is the longest ?wait= on a request.
@@ -80,6 +86,8 @@ type Server struct {
 	// vetted: agents whose log was found to extend its checkpoint mark
 	// (checkMark), once a process.
 	vetted sync.Map
+
+	export *exporter // serve --decision-log (export.go)
 }
 
 // New builds a server. Close it to end its event streams and waits.
@@ -105,13 +113,19 @@ func New(cfg Config) (*Server, error) {
 	if cfg.CheckpointSigner != nil {
 		s.startCheckpoints()
 	}
+	if cfg.DecisionLog.URL != "" {
+		if err := s.startExport(); err != nil {
+			s.stopCheckpoints()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
 // Close ends the event streams and the held requests (they answer at once
 // with the verdict as it is) and the checkpoint signers; in-flight
 // decisions are not affected.
-func (s *Server) Close() { s.hub.close(); s.stopCheckpoints() }
+func (s *Server) Close() { s.hub.close(); s.stopCheckpoints(); s.stopExport() }
 
 // access says who may call a route.
 type access int
@@ -151,6 +165,7 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/agents/{agent}/checkpoint", staffOrSelf, s.checkpoint},
 		{"GET", "/v1/agents/{agent}/proof/{seq}", staffOrSelf, s.proof},
 		{"GET", "/v1/pending", staff, s.pending},
+		{"GET", "/v1/backup", adminOnly, s.backup},
 		{"GET", "/v1/events", staff, func(w http.ResponseWriter, r *http.Request, _ Principal) error {
 			s.handleEvents(w, r)
 			return nil

@@ -113,6 +113,8 @@ var commands = []func(*globalParams) *cobra.Command{
 	newPendingCmd,
 	newMCPCmd,
 	newHookCmd,
+	newBackupCmd,
+	newRestoreCmd,
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {

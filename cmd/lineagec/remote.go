@@ -31,7 +31,7 @@ var remoteCommands = map[string]bool{
 	"lineagec agent create": true, "lineagec agent list": true, "lineagec request": true,
 	"lineagec pending": true, "lineagec approve": true, "lineagec reject": true,
 	"lineagec terminate": true, "lineagec state": true, "lineagec log": true, "lineagec verify": true,
-	"lineagec checkpoint": true,
+	"lineagec checkpoint": true, "lineagec backup": true,
 }
 
 // addRemoteFlags adds --server, and lets approve, reject and terminate run

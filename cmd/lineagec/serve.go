@@ -40,6 +40,8 @@ type serveParams struct {
 	ckptKey   string // --checkpoint-key (serve_checkpoint.go)
 	agentRPS  float64
 	burst     int
+
+	decisionLog string // --decision-log URL (server/export.go)
 }
 
 func newServeCmd(g *globalParams) *cobra.Command {
@@ -86,6 +88,7 @@ the store and exits 0. Request logs go to stderr (--log-format text|json).
 	f.DurationVar(&p.idle, "agent-idle", 10*time.Minute, "unload agents unused for this long (0: never)")
 	f.Float64Var(&p.agentRPS, "agent-rps", server.DefaultAgentRPS, "calls a second each agent's token may make at this node; over it 429 too_many_requests (0: no quota)")
 	f.IntVar(&p.burst, "agent-burst", server.DefaultAgentBurst, "calls an agent's token may make at once above --agent-rps")
+	f.StringVar(&p.decisionLog, "decision-log", "", "POST every verdict to this HTTP sink as OPA decision-log events, in gzip batches, from the durable logs (docs/operations.md)")
 	f.StringVar(&p.ckptKey, "checkpoint-key", "", "sign checkpoints with this private key (lineagec key generate): GET /v1/agents/{agent}/checkpoint and /proof/{seq}")
 	return cmd
 }
@@ -197,10 +200,11 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	marks, _ := st.(store.Marks)
 	srv, err := server.New(server.Config{Runtime: rt, Principals: principals, Key: key,
 		Logger: slog.New(handler), SyncStats: syncStats, CheckpointSigner: signer, AgentRPS: rps, AgentBurst: p.burst,
-		Marks: marks})
+		Marks: marks, Backup: serveBackup(st, dir), DecisionLog: server.DecisionLogConfig{URL: p.decisionLog, Store: st, Dir: dir}})
 	if err != nil {
 		return err
 	}
+	defer srv.Close()
 	ln, err := net.Listen("tcp", p.addr)
 	if err != nil {
 		return err
@@ -241,6 +245,7 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serving: %w", err)
 	}
+	srv.Close() // the export stops before the store closes
 	if err := closeStore(); err != nil {
 		return fmt.Errorf("closing the store: %w", err)
 	}

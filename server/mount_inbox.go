@@ -18,7 +18,7 @@ func (s *Server) mountInbox() {
 	h := inbox.New(inbox.Backend{
 		Runtime: s.rt,
 		Authenticate: func(token string) (inbox.Principal, bool) {
-			p, ok := s.auth.principal(token)
+			p, ok := s.auth.Load().principal(token)
 			return inbox.Principal{Name: p.Name, Role: string(p.Role)}, ok
 		},
 		Events: http.HandlerFunc(s.handleEvents),

@@ -234,6 +234,16 @@ func (a *authority) agentToken(agent string) string {
 	return agentPrefix + base64.RawURLEncoding.EncodeToString(b)
 }
 
+// has reports whether p is one of the admins and approvers.
+func (a *authority) has(p Principal) bool {
+	for _, e := range a.entries {
+		if e.p == p {
+			return true
+		}
+	}
+	return false
+}
+
 // principal returns who the token stands for, or false.
 func (a *authority) principal(token string) (Principal, bool) {
 	if rest, ok := strings.CutPrefix(token, agentPrefix); ok {

@@ -21,6 +21,7 @@ func (s *Server) mountInbox() {
 			p, ok := s.auth.Load().principal(token)
 			return inbox.Principal{Name: p.Name, Role: string(p.Role)}, ok
 		},
+		Present: func(p inbox.Principal) bool { return s.auth.Load().has(Principal{Name: p.Name, Role: Role(p.Role)}) },
 		Events: http.HandlerFunc(s.handleEvents),
 		Decide: func(ctx context.Context, by, agent, id, note string, approve bool) (lineage.Verdict, error) {
 			decide := s.rt.Reject

@@ -22,7 +22,7 @@ func (s *Server) mountInbox() {
 			return inbox.Principal{Name: p.Name, Role: string(p.Role)}, ok
 		},
 		Present: func(p inbox.Principal) bool { return s.auth.Load().has(Principal{Name: p.Name, Role: Role(p.Role)}) },
-		Events: http.HandlerFunc(s.handleEvents),
+		Events:  http.HandlerFunc(s.handleEvents),
 		Decide: func(ctx context.Context, by, agent, id, note string, approve bool) (lineage.Verdict, error) {
 			decide := s.rt.Reject
 			if approve {

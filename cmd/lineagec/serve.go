@@ -159,6 +159,9 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("server key: %w", err)
 	}
+	if _, err := server.KeysFrom(key); err != nil {
+		return fmt.Errorf("server key %s: %w", keyFile, err)
+	}
 	if p.auth == "" {
 		tokenFile := filepath.Join(dir, "admin.token")
 		tok, _, err := server.LoadOrCreateSecret(tokenFile, func() []byte { return []byte(server.NewToken() + "\n") })

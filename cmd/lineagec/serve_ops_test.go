@@ -222,7 +222,8 @@ func TestServeKeyRing(t *testing.T) {
 
 // TestServeLogLevel: at info, polls of /health and /metrics leave no line
 // and tokens appear nowhere in the log, not even a wrong one; at debug the
-// polls are logged. D336 (health and metrics polls at debug).
+// polls are logged. D336 (health and metrics polls at debug), D337 (start
+// lines at every log level).
 func TestServeLogLevel(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "d")
 	_, u, stderr, _ := startServe(t, data)
@@ -275,6 +276,10 @@ func TestServeLogLevel(t *testing.T) {
 	if !waitFor(t, stderr2, "level=DEBUG msg=request method=GET route=/health") {
 		t.Errorf("at debug the log has no line for /health:\n%s", stderr2())
 	}
+	// The start and stop lines are no log records: serve prints them at
+	// every level (startServe waits for "serving … on"), D337 (start lines
+	// at every log level).
+	startServe(t, filepath.Join(t.TempDir(), "d"), "--log-level", "error")
 	var out3, err3 strings.Builder
 	if code := run([]string{"serve", "--data", t.TempDir(), "--log-level", "loud"}, &out3, &err3); code == 0 || !strings.Contains(err3.String(), `unknown --log-level "loud"`) {
 		t.Errorf("--log-level loud: exit %d, %s", code, err3.String())

@@ -1,9 +1,16 @@
 package server_test
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/client"
+	"github.com/lineage-guard/lineage/internal/servertest"
 	"github.com/lineage-guard/lineage/server"
 )
 
@@ -25,5 +32,64 @@ func TestKeysFrom(t *testing.T) {
 		if _, err := server.KeysFrom([]byte(c.text)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("KeysFrom(%q): %v; want %q", c.text, err, c.want)
 		}
+	}
+}
+
+// TestReloadUnderLoad: Reload swaps principals and keys while requests run
+// (under -race): every call either meets the old set or the new one, and a
+// token made under the old first key verifies after the rotation. D333 (the
+// key ring), D334 (SIGHUP reloads the auth file and the key ring).
+func TestReloadUnderLoad(t *testing.T) {
+	oldKey, newKey := server.NewKey(), server.NewKey()
+	svc := servertest.Start(t, servertest.WithConfig(func(c *server.Config) { c.Key, c.AgentRPS = oldKey, -1 }))
+	ctx := context.Background()
+	admin, _ := client.New(svc.URL, svc.AdminToken, nil)
+	cr, err := admin.CreateAgent(ctx, json.RawMessage(`{"budget": 1000000, "tools": {"t": {"cost": 1}}}`), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := []server.Entry{{Name: "root", Role: server.RoleAdmin, TokenSHA256: server.TokenSHA256(svc.AdminToken)}}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			bot, _ := client.New(svc.URL, cr.Token, nil)
+			bot.Retries = 0
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := bot.Request(ctx, cr.Agent, lineage.Request{Tool: "t"}); err != nil {
+					t.Errorf("a request during reloads: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	for i := range 200 {
+		ring := append(append([]byte{}, newKey...), oldKey...)
+		if i%2 == 0 {
+			ring = oldKey
+		}
+		if err := svc.Server.Reload(root, ring); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if _, err := admin.WhoAmI(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Server.Reload(root, newKey); err != nil {
+		t.Fatal(err)
+	}
+	bot, _ := client.New(svc.URL, cr.Token, nil)
+	var ce *client.Error
+	if _, err := bot.WhoAmI(ctx); !errors.As(err, &ce) || ce.Status != 401 {
+		t.Fatalf("a token of a retired key: %v; want 401", err)
 	}
 }

@@ -226,12 +226,17 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	if p.auth == "" {
 		fixed = principals
 	}
-	defer reloadOnHUP(srv, logger, p.auth, keyFile, fixed)()
+	certs, err := loadTLSCerts(p.tlsCert, p.tlsKey)
+	if err != nil {
+		return err
+	}
+	defer reloadOnHUP(srv, logger, p.auth, keyFile, fixed, certs)()
 	ln, err := net.Listen("tcp", p.addr)
 	if err != nil {
 		return err
 	}
 	hs := srv.HTTPServer(p.addr)
+	hs.TLSConfig = certs.config()
 	scheme := "http"
 	if p.tlsCert != "" {
 		scheme = "https"
@@ -248,7 +253,7 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	served := make(chan error, 1)
 	go func() {
 		if p.tlsCert != "" {
-			served <- hs.ServeTLS(ln, p.tlsCert, p.tlsKey)
+			served <- hs.ServeTLS(ln, "", "") // the certificate of certs (serve_config.go)
 		} else {
 			served <- hs.Serve(ln)
 		}

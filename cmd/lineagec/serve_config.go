@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -133,9 +135,10 @@ func readKeyRing(path string) ([]byte, error) {
 // reloadOnHUP re-reads the auth file (if any) and the server key ring on
 // each SIGHUP and gives both to srv at once; a file that does not validate is
 // refused with a log line and the previous principals and keys stay,
-// D334 (SIGHUP reloads the auth file and the key ring). Without --auth the
+// D334 (SIGHUP reloads the auth file and the key ring), and the TLS
+// certificate, D338 (SIGHUP reloads the TLS certificate). Without --auth the
 // principals are the ones of the start (admin.token). The returned stop ends it.
-func reloadOnHUP(srv *server.Server, log *slog.Logger, authFile, keyFile string, fixed []server.Entry) (stop func()) {
+func reloadOnHUP(srv *server.Server, log *slog.Logger, authFile, keyFile string, fixed []server.Entry, certs *tlsCerts) (stop func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	done := make(chan struct{})
@@ -155,6 +158,11 @@ func reloadOnHUP(srv *server.Server, log *slog.Logger, authFile, keyFile string,
 				}
 				principals = entries
 			}
+			cert, err := certs.load()
+			if err != nil {
+				log.Error("reload refused: the previous principals and keys stay", "file", certs.certFile, "error", err.Error())
+				continue
+			}
 			key, err := readKeyRing(keyFile)
 			if err == nil {
 				err = srv.Reload(principals, key)
@@ -163,9 +171,66 @@ func reloadOnHUP(srv *server.Server, log *slog.Logger, authFile, keyFile string,
 				log.Error("reload refused: the previous principals and keys stay", "file", keyFile, "error", err.Error())
 				continue
 			}
+			certs.set(cert)
 			keys, _ := server.KeysFrom(key)
-			log.Info("reloaded", "auth", authFile, "principals", len(principals), "server_key", keyFile, "keys", len(keys))
+			log.Info("reloaded", "auth", authFile, "principals", len(principals), "server_key", keyFile, "keys", len(keys), "tls_cert", certs.file())
 		}
 	}()
 	return func() { signal.Stop(hup); close(done) }
+}
+
+// tlsCerts is serve's TLS certificate, read at start and again on SIGHUP; a
+// nil *tlsCerts is plain HTTP.
+type tlsCerts struct {
+	certFile, keyFile string
+	cur               atomic.Pointer[tls.Certificate]
+}
+
+// loadTLSCerts reads --tls-cert and --tls-key; both "" is plain HTTP (nil).
+func loadTLSCerts(certFile, keyFile string) (*tlsCerts, error) {
+	if certFile == "" {
+		return nil, nil
+	}
+	c := &tlsCerts{certFile: certFile, keyFile: keyFile}
+	cert, err := c.load()
+	if err != nil {
+		return nil, err
+	}
+	c.set(cert)
+	return c, nil
+}
+
+// load reads the certificate and its key; nil for plain HTTP.
+func (c *tlsCerts) load() (*tls.Certificate, error) {
+	if c == nil {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %w", c.certFile, c.keyFile, err)
+	}
+	return &cert, nil
+}
+
+// set makes cert the one new connections get.
+func (c *tlsCerts) set(cert *tls.Certificate) {
+	if c != nil && cert != nil {
+		c.cur.Store(cert)
+	}
+}
+
+// file is the certificate's file, "" for plain HTTP.
+func (c *tlsCerts) file() string {
+	if c == nil {
+		return ""
+	}
+	return c.certFile
+}
+
+// config is the TLS configuration of the HTTP server; nil for plain HTTP.
+func (c *tlsCerts) config() *tls.Config {
+	if c == nil {
+		return nil
+	}
+	return &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return c.cur.Load(), nil }}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -368,5 +370,44 @@ func TestServeConfigSchemaHasEveryFlag(t *testing.T) {
 		if !flags[name] {
 			t.Errorf("schema/serve.schema.json has %q, which is no flag of serve", name)
 		}
+	}
+}
+
+// TestServeReloadTLS: on SIGHUP serve reads its TLS certificate again, so a
+// renewed certificate needs no restart; a pair that does not load is
+// refused and the previous certificate stays. D338 (SIGHUP reloads the TLS
+// certificate).
+func TestServeReloadTLS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	oldPool := writeSelfSigned(t, certFile, keyFile)
+	cmd, u, stderr, _ := startServe(t, filepath.Join(dir, "data"), "--tls-cert", certFile, "--tls-key", keyFile)
+	health := func(pool *x509.CertPool) error {
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true}}
+		c, _ := client.New(u, "", hc)
+		c.Retries = 0
+		return c.Health(context.Background())
+	}
+	if err := health(oldPool); err != nil {
+		t.Fatalf("before renewal: %v", err)
+	}
+	newPool := writeSelfSigned(t, certFile, keyFile)
+	if out := hup(t, cmd, stderr, 1); !strings.Contains(out, "msg=reloaded") {
+		t.Fatalf("reload: %s", out)
+	}
+	if err := health(newPool); err != nil {
+		t.Errorf("after renewal, trusting the new certificate: %v", err)
+	}
+	if err := health(oldPool); err == nil {
+		t.Errorf("after renewal, serve still shows the old certificate")
+	}
+	if err := os.WriteFile(certFile, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := hup(t, cmd, stderr, 2); !strings.Contains(out, `msg="reload refused`) || !strings.Contains(out, "--tls-cert "+certFile) {
+		t.Errorf("a bad certificate on SIGHUP was not refused in the log:\n%s", out)
+	}
+	if err := health(newPool); err != nil {
+		t.Errorf("after a refused reload, the previous certificate: %v", err)
 	}
 }

@@ -278,6 +278,12 @@ func TestServeLogLevel(t *testing.T) {
 	if !waitFor(t, stderr2, "level=DEBUG msg=request method=GET route=/health") {
 		t.Errorf("at debug the log has no line for /health:\n%s", stderr2())
 	}
+	if _, err := connect(t, u2, wrong).WhoAmI(ctx); status(err) != 401 {
+		t.Fatalf("a wrong token: %v; want 401", err)
+	}
+	if waitFor(t, stderr2, "route=/v1/whoami") && strings.Contains(stderr2(), wrong[4:]) {
+		t.Errorf("at debug the log holds a wrong token:\n%s", stderr2())
+	}
 	// The start and stop lines are no log records: serve prints them at
 	// every level (startServe waits for "serving … on"), D337 (start lines
 	// at every log level).

@@ -33,8 +33,9 @@ type Config struct {
 	// Principals are the admins and approvers (an auth file, or the one
 	// default admin).
 	Principals []Entry
-	// Key is the server key (the contents of its file: hex) under which agent
-	// tokens are MACed. Every node sharing a store needs the same key.
+	// Key is the server key ring (the contents of its file: hex keys, one a
+	// line, KeysFrom): agent tokens are MACed under the first and verified
+	// under any. Every node sharing a store needs the same ring.
 	Key []byte
 	// Logger gets one line per HTTP request; nil discards them.
 	Logger *slog.Logger

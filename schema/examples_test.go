@@ -57,3 +57,37 @@ func TestPolicySchemaFieldExamples(t *testing.T) {
 		t.Errorf("found %d bounded fields, want at least the 9 integer fields", seen)
 	}
 }
+
+// TestServeSchemaFieldExamples: every field of the serve configuration
+// carries examples, and each example and default is valid against the
+// field's own schema (a wrong default or example would mislead an editor).
+func TestServeSchemaFieldExamples(t *testing.T) {
+	b, err := Get("serve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := compiler(t)
+	props, _ := decode(t, b)["properties"].(map[string]any)
+	if len(props) < 10 {
+		t.Fatalf("serve schema has %d properties", len(props))
+	}
+	for name, v := range props {
+		x, _ := v.(map[string]any)
+		examples, _ := x["examples"].([]any)
+		if len(examples) == 0 {
+			t.Errorf("%s: no examples", name)
+		}
+		s, err := c.Compile(ServeID + "#/properties/" + strings.ReplaceAll(name, "~", "~0"))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if d, ok := x["default"]; ok {
+			examples = append(examples, d)
+		}
+		for _, e := range examples {
+			if err := s.Validate(e); err != nil {
+				t.Errorf("%s: example or default %v is invalid: %v", name, e, err)
+			}
+		}
+	}
+}

@@ -2,7 +2,8 @@
 //
 // Each schema is a file "<name>.schema.json" in this directory, embedded into the
 // binary: "policy" (docs/policy.md), "conformance" (docs/cases.md) and "auth" (the
-// principals of the guard service, docs/service.md). Package source compiles
+// principals of the guard service, docs/service.md) and "serve" (the flags of
+// lineagec serve --config, docs/operations.md). Package source compiles
 // and applies them; editors use the files directly.
 package schema
 
@@ -19,6 +20,7 @@ const (
 	PolicyID      = "https://github.com/lineage-guard/lineage/schema/policy.schema.json"
 	ConformanceID = "https://github.com/lineage-guard/lineage/schema/conformance.schema.json"
 	AuthID        = "https://github.com/lineage-guard/lineage/schema/auth.schema.json"
+	ServeID       = "https://github.com/lineage-guard/lineage/schema/serve.schema.json"
 )
 
 const suffix = ".schema.json"

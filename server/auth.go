@@ -164,19 +164,34 @@ func NewKey() []byte {
 	return []byte(hex.EncodeToString(b[:]) + "\n")
 }
 
-// keyFrom decodes a server key file's contents.
-func keyFrom(b []byte) ([]byte, error) {
-	k, err := hex.DecodeString(strings.TrimSpace(string(b)))
-	if err != nil || len(k) < 16 {
-		return nil, errors.New("the server key must be at least 16 bytes, hex encoded")
+// KeysFrom decodes a server key file's contents: a key ring, one key a
+// line, hex, at least 16 bytes each. The first key makes new agent tokens;
+// every key verifies them, so a key is rotated by adding a new first line and
+// retired by removing its line later (docs/operations.md). Blank lines and
+// lines starting with '#' are skipped: D331 (comments in the key ring).
+func KeysFrom(b []byte) ([][]byte, error) {
+	var keys [][]byte
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, err := hex.DecodeString(line)
+		if err != nil || len(k) < 16 {
+			return nil, fmt.Errorf("line %d: a server key must be at least 16 bytes, hex encoded (one key a line)", i+1)
+		}
+		keys = append(keys, k)
 	}
-	return k, nil
+	if len(keys) == 0 {
+		return nil, errors.New("the server key file holds no key (one hex key a line)")
+	}
+	return keys, nil
 }
 
 // authority turns bearer tokens into principals.
 type authority struct {
 	entries []entry
-	key     []byte
+	keys    [][]byte // keys[0] signs; every one verifies
 }
 
 type entry struct {
@@ -185,11 +200,11 @@ type entry struct {
 }
 
 func newAuthority(entries []Entry, key []byte) (*authority, error) {
-	k, err := keyFrom(key)
+	keys, err := KeysFrom(key)
 	if err != nil {
 		return nil, err
 	}
-	a := &authority{key: k}
+	a := &authority{keys: keys}
 	for _, e := range entries {
 		d, err := hex.DecodeString(e.TokenSHA256)
 		if err != nil || len(d) != sha256.Size || (e.Role != RoleAdmin && e.Role != RoleApprover) || e.Name == "" {
@@ -203,19 +218,30 @@ func newAuthority(entries []Entry, key []byte) (*authority, error) {
 	return a, nil
 }
 
-// agentMAC binds a token to one agent id under the server key.
-func (a *authority) agentMAC(agent string) []byte {
-	m := hmac.New(sha256.New, a.key)
+// agentMAC binds a token to one agent id under a server key.
+func agentMAC(key []byte, agent string) []byte {
+	m := hmac.New(sha256.New, key)
 	m.Write([]byte("lineage agent token v1\x00"))
 	m.Write([]byte(agent))
 	return m.Sum(nil)
 }
 
-// agentToken is the token of an agent: its id and the MAC of it, so any node
-// holding the server key checks it without a stored copy (D71).
+// agentToken is the token of an agent: its id and the MAC of it under the
+// first key of the ring, so any node holding that key checks it without a
+// stored copy (D71).
 func (a *authority) agentToken(agent string) string {
-	b := append([]byte(agent), a.agentMAC(agent)...)
+	b := append([]byte(agent), agentMAC(a.keys[0], agent)...)
 	return agentPrefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// has reports whether p is one of the admins and approvers.
+func (a *authority) has(p Principal) bool {
+	for _, e := range a.entries {
+		if e.p == p {
+			return true
+		}
+	}
+	return false
 }
 
 // principal returns who the token stands for, or false.
@@ -228,7 +254,11 @@ func (a *authority) principal(token string) (Principal, bool) {
 			return Principal{}, false
 		}
 		id, mac := string(b[:len(b)-sha256.Size]), b[len(b)-sha256.Size:]
-		if !hmac.Equal(mac, a.agentMAC(id)) {
+		valid := false
+		for _, k := range a.keys { // every key of the ring verifies
+			valid = hmac.Equal(mac, agentMAC(k, id)) || valid
+		}
+		if !valid {
 			return Principal{}, false
 		}
 		return Principal{Name: id, Role: RoleAgent, Agent: id}, true

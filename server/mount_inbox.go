@@ -18,10 +18,11 @@ func (s *Server) mountInbox() {
 	h := inbox.New(inbox.Backend{
 		Runtime: s.rt,
 		Authenticate: func(token string) (inbox.Principal, bool) {
-			p, ok := s.auth.principal(token)
+			p, ok := s.auth.Load().principal(token)
 			return inbox.Principal{Name: p.Name, Role: string(p.Role)}, ok
 		},
-		Events: http.HandlerFunc(s.handleEvents),
+		Present: func(p inbox.Principal) bool { return s.auth.Load().has(Principal{Name: p.Name, Role: Role(p.Role)}) },
+		Events:  http.HandlerFunc(s.handleEvents),
 		Decide: func(ctx context.Context, by, agent, id, note string, approve bool) (lineage.Verdict, error) {
 			decide := s.rt.Reject
 			if approve {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -32,8 +33,9 @@ type Config struct {
 	// Principals are the admins and approvers (an auth file, or the one
 	// default admin).
 	Principals []Entry
-	// Key is the server key (the contents of its file: hex) under which agent
-	// tokens are MACed. Every node sharing a store needs the same key.
+	// Key is the server key ring (the contents of its file: hex keys, one a
+	// line, KeysFrom): agent tokens are MACed under the first and verified
+	// under any. Every node sharing a store needs the same ring.
 	Key []byte
 	// Logger gets one line per HTTP request; nil discards them.
 	Logger *slog.Logger
@@ -74,7 +76,7 @@ const writeTimeout = MaxWait + 30*time.Second
 type Server struct {
 	cfg   Config
 	rt    *runtime.Runtime
-	auth  *authority
+	auth  atomic.Pointer[authority] // swapped whole by Reload
 	log   *slog.Logger
 	hub   *hub
 	met   *metrics
@@ -103,8 +105,9 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, rt: cfg.Runtime, auth: auth, log: log, hub: newHub(), mux: http.NewServeMux(),
+	s := &Server{cfg: cfg, rt: cfg.Runtime, log: log, hub: newHub(), mux: http.NewServeMux(),
 		quota: newQuotas(cfg.AgentRPS, cfg.AgentBurst)}
+	s.auth.Store(auth)
 	s.met = newMetrics(s)
 	for _, rt := range s.routes() {
 		s.mux.Handle(rt.pattern(), s.wrap(rt))
@@ -121,6 +124,22 @@ func New(cfg Config) (*Server, error) {
 	}
 	return s, nil
 }
+
+// Reload replaces the principals and the server key ring at once (serve on
+// SIGHUP): the next request is checked against the new ones; a request
+// already past its check finishes as it began. On error nothing changes.
+func (s *Server) Reload(principals []Entry, key []byte) error {
+	a, err := newAuthority(principals, key)
+	if err != nil {
+		return err
+	}
+	s.auth.Store(a)
+	return nil
+}
+
+// quietRoutes are polled by monitors: their request lines are logged at
+// debug only, D336 (health and metrics polls at debug).
+var quietRoutes = map[string]bool{"/health": true, "/metrics": true}
 
 // Close ends the event streams and the held requests (they answer at once
 // with the verdict as it is) and the checkpoint signers; in-flight
@@ -272,7 +291,11 @@ func (s *Server) wrap(rt route) http.Handler {
 		if p.Name != "" {
 			attrs = append(attrs, "principal", p.Name, "role", string(p.Role))
 		}
-		s.log.Info("request", attrs...)
+		level := slog.LevelInfo
+		if quietRoutes[rt.path] {
+			level = slog.LevelDebug
+		}
+		s.log.Log(r.Context(), level, "request", attrs...)
 	})
 }
 
@@ -285,7 +308,7 @@ func (s *Server) authorize(r *http.Request, who access) (Principal, error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		return Principal{}, newError(http.StatusUnauthorized, CodeUnauthorized, "this call needs Authorization: Bearer <token>")
 	}
-	p, ok := s.auth.principal(strings.TrimSpace(token))
+	p, ok := s.auth.Load().principal(strings.TrimSpace(token))
 	if !ok {
 		// D307 (under --auth, admin.token is not a key): say where tokens come from.
 		return Principal{}, newError(http.StatusUnauthorized, CodeUnauthorized, "the token is not known to this server "+
@@ -388,7 +411,7 @@ func (s *Server) createAgent(w http.ResponseWriter, r *http.Request, _ Principal
 	}
 	s.touched(id)
 	s.names.Store(id, b.Name)
-	return writeJSON(w, http.StatusCreated, map[string]string{"agent": id, "token": s.auth.agentToken(id), "digest": c.Digest})
+	return writeJSON(w, http.StatusCreated, map[string]string{"agent": id, "token": s.auth.Load().agentToken(id), "digest": c.Digest})
 }
 
 // regoPaths refuses extension modules given by path: over the network a

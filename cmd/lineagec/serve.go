@@ -40,6 +40,8 @@ type serveParams struct {
 	ckptKey   string // --checkpoint-key (serve_checkpoint.go)
 	agentRPS  float64
 	burst     int
+	config    string // --config (serve_config.go)
+	logLevel  string
 
 	decisionLog string // --decision-log URL (server/export.go)
 }
@@ -69,10 +71,19 @@ at this node; over it the call is refused 429 too_many_requests with
 Retry-After and nothing is recorded. On a shared store each node counts its own.
 
 On SIGTERM or SIGINT it stops accepting, finishes the requests in flight, closes
-the store and exits 0. Request logs go to stderr (--log-format text|json).
+the store and exits 0. On SIGHUP it re-reads the --auth file and the server key
+file (one key a line: the first signs new agent tokens, every one verifies); a
+file that does not validate is refused with a log line and the old ones stay.
+Request logs go to stderr (--log-format text|json, --log-level); /health and
+/metrics are logged at debug only. --config FILE (JSON or YAML,
+schema/serve.schema.json) holds any of these flags by name; the command line
+wins (docs/operations.md).
 ` + exitCodesHelp,
 		Args: argsUsage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := applyServeConfig(cmd, p.config); err != nil {
+				return err
+			}
 			return runServe(cmd.Context(), p, cmd.ErrOrStderr())
 		},
 	}
@@ -90,6 +101,8 @@ the store and exits 0. Request logs go to stderr (--log-format text|json).
 	f.IntVar(&p.burst, "agent-burst", server.DefaultAgentBurst, "calls an agent's token may make at once above --agent-rps")
 	f.StringVar(&p.decisionLog, "decision-log", "", "POST every verdict to this HTTP sink as OPA decision-log events, in gzip batches, from the durable logs (docs/operations.md)")
 	f.StringVar(&p.ckptKey, "checkpoint-key", "", "sign checkpoints with this private key (lineagec key generate): GET /v1/agents/{agent}/checkpoint and /proof/{seq}")
+	f.StringVar(&p.config, "config", "", "read these flags from a JSON or YAML file (schema/serve.schema.json); the command line wins")
+	f.StringVar(&p.logLevel, "log-level", "info", "least level logged: debug, info, warn, error (/health and /metrics are debug)")
 	return cmd
 }
 
@@ -111,12 +124,16 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		p.store = os.Getenv("LINEAGE_STORE")
 	}
 	server.SetGCPercent() // CPU a decision (D221)
+	level, err := logLevel(p.logLevel)
+	if err != nil {
+		return err
+	}
 	var handler slog.Handler
-	switch p.logFormat {
+	switch opts := (&slog.HandlerOptions{Level: level}); p.logFormat {
 	case "text":
-		handler = slog.NewTextHandler(stderr, nil)
+		handler = slog.NewTextHandler(stderr, opts)
 	case "json":
-		handler = slog.NewJSONHandler(stderr, nil)
+		handler = slog.NewJSONHandler(stderr, opts)
 	default:
 		return fmt.Errorf("unknown --log-format %q (want text, json)", p.logFormat)
 	}
@@ -144,6 +161,9 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	key, _, err := server.LoadOrCreateSecret(keyFile, server.NewKey)
 	if err != nil {
 		return fmt.Errorf("server key: %w", err)
+	}
+	if _, err := server.KeysFrom(key); err != nil {
+		return fmt.Errorf("server key %s: %w", keyFile, err)
 	}
 	if p.auth == "" {
 		tokenFile := filepath.Join(dir, "admin.token")
@@ -198,18 +218,29 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	// The size and head of the last checkpoint signed of each agent, kept by
 	// the store (the data directory, or the shared database).
 	marks, _ := st.(store.Marks)
+	logger := slog.New(handler)
 	srv, err := server.New(server.Config{Runtime: rt, Principals: principals, Key: key,
-		Logger: slog.New(handler), SyncStats: syncStats, CheckpointSigner: signer, AgentRPS: rps, AgentBurst: p.burst,
+		Logger: logger, SyncStats: syncStats, CheckpointSigner: signer, AgentRPS: rps, AgentBurst: p.burst,
 		Marks: marks, Backup: serveBackup(st, dir), DecisionLog: server.DecisionLogConfig{URL: p.decisionLog, Store: st, Dir: dir}})
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
+	var fixed []server.Entry // without --auth: the admin of admin.token, kept across reloads
+	if p.auth == "" {
+		fixed = principals
+	}
+	certs, err := loadTLSCerts(p.tlsCert, p.tlsKey)
+	if err != nil {
+		return err
+	}
+	defer reloadOnHUP(srv, logger, p.auth, keyFile, fixed, certs)()
 	ln, err := net.Listen("tcp", p.addr)
 	if err != nil {
 		return err
 	}
 	hs := srv.HTTPServer(p.addr)
+	hs.TLSConfig = certs.config()
 	scheme := "http"
 	if p.tlsCert != "" {
 		scheme = "https"
@@ -226,7 +257,7 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	served := make(chan error, 1)
 	go func() {
 		if p.tlsCert != "" {
-			served <- hs.ServeTLS(ln, p.tlsCert, p.tlsKey)
+			served <- hs.ServeTLS(ln, "", "") // the certificate of certs (serve_config.go)
 		} else {
 			served <- hs.Serve(ln)
 		}

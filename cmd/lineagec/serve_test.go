@@ -259,7 +259,7 @@ func TestServeTLS(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	pool := writeSelfSigned(t, certFile, keyFile)
-	_, u, stderr, _ := startServe(t, filepath.Join(dir, "data"), "--tls-cert", certFile, "--tls-key", keyFile, "--log-format", "json")
+	_, u, stderr, _ := startServe(t, filepath.Join(dir, "data"), "--tls-cert", certFile, "--tls-key", keyFile, "--log-format", "json", "--log-level", "debug")
 	if !strings.HasPrefix(u, "https://") {
 		t.Fatalf("serving on %s", u)
 	}

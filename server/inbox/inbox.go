@@ -44,6 +44,10 @@ type Backend struct {
 	Runtime *runtime.Runtime
 	// Authenticate returns the principal of a bearer token, or false.
 	Authenticate func(token string) (Principal, bool)
+	// Present, if set, reports whether a principal is still one of the
+	// service's: the session of one removed since sign-in (serve's reload on
+	// SIGHUP) ends at its next request.
+	Present func(Principal) bool
 	// Events is the service's server-sent event stream.
 	Events http.Handler
 	// Decide approves (or rejects) a pending request as the principal named by,
@@ -219,7 +223,7 @@ func (in *Inbox) current(r *http.Request) *session {
 	if s == nil {
 		return nil
 	}
-	if !in.b.Now().Before(s.expires) {
+	if !in.b.Now().Before(s.expires) || (in.b.Present != nil && !in.b.Present(s.p)) {
 		delete(in.sessions, key)
 		return nil
 	}

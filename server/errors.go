@@ -41,6 +41,10 @@ const (
 	CodeTooLarge       = "too_large"
 	CodeCorrupt        = "corrupt_log"
 	CodeUnavailable    = "unavailable"
+	// CodeUnknownOutcome: a write whose commit could not be confirmed (503):
+	// it may be recorded or not; a retry with the same request id resolves
+	// it (docs/stores.md).
+	CodeUnknownOutcome = "unknown_outcome"
 	// CodeTooManyRequests: an agent's token over its request quota (429,
 	// Retry-After; docs/service.md). Nothing was recorded.
 	CodeTooManyRequests = "too_many_requests"
@@ -70,6 +74,8 @@ func errorOf(err error) *Error {
 	var damage *store.DamageError
 	status, code := http.StatusServiceUnavailable, CodeUnavailable
 	switch {
+	case errors.Is(err, store.ErrUnknownOutcome): // sent, commit not confirmed: maybe recorded (docs/stores.md)
+		return &Error{status: http.StatusServiceUnavailable, Code: CodeUnknownOutcome, Message: err.Error()}
 	case errors.Is(err, store.ErrUnavailable): // the database is away: nothing acknowledged (docs/stores.md)
 		return &Error{status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()}
 	case errors.As(err, &list):

@@ -274,9 +274,25 @@ func (s *Store) commit(group []*appendReq) {
 		}
 	default:
 		for _, r := range group {
-			r.done <- mapErr(err, fmt.Sprintf("appending at seq %d to", r.first), r.agent)
+			r.done <- appendErr(err, fmt.Sprintf("appending at seq %d to", r.first), r.agent)
 		}
 	}
+}
+
+// appendErr is mapErr for a batch of appends: where the batch may have
+// reached the database and its commit was not confirmed (the connection
+// was lost or timed out after sending), the error wraps
+// store.ErrUnknownOutcome as well, so that the service answers
+// unknown_outcome rather than unavailable (D350 (an unconfirmed commit is
+// an unknown outcome)). Nothing was sent if pgx says so (SafeToRetry) or
+// no connection could be made.
+func appendErr(err error, doing, agent string) error {
+	m := mapErr(err, doing, agent)
+	var ce *pgconn.ConnectError
+	if !errors.Is(m, store.ErrUnavailable) || pgconn.SafeToRetry(err) || errors.As(err, &ce) {
+		return m
+	}
+	return fmt.Errorf("%w: %w", store.ErrUnknownOutcome, m)
 }
 
 // send runs group as one pipelined batch and reports which appends landed.

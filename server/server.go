@@ -55,6 +55,9 @@ type Config struct {
 	// store.Marks): a log that does not extend it is refused
 	// (checkpoint_diverged) by the checkpoint, proof and verify routes.
 	Marks store.Marks
+	// News, if set, tells of the appends of the other nodes on a shared
+	// store; the event stream and held requests follow them (news.go).
+	News store.News
 }
 
 // MaxWait is the longest ?wait= on a request.
@@ -80,6 +83,9 @@ type Server struct {
 	// vetted: agents whose log was found to extend its checkpoint mark
 	// (checkMark), once a process.
 	vetted sync.Map
+
+	stopNews func()        // ends the news listener (news.go)
+	newsDone chan struct{} // closed when it has ended
 }
 
 // New builds a server. Close it to end its event streams and waits.
@@ -105,13 +111,23 @@ func New(cfg Config) (*Server, error) {
 	if cfg.CheckpointSigner != nil {
 		s.startCheckpoints()
 	}
+	if cfg.News != nil {
+		s.startNews()
+	}
 	return s, nil
 }
 
 // Close ends the event streams and the held requests (they answer at once
 // with the verdict as it is) and the checkpoint signers; in-flight
 // decisions are not affected.
-func (s *Server) Close() { s.hub.close(); s.stopCheckpoints() }
+func (s *Server) Close() {
+	if s.stopNews != nil {
+		s.stopNews()
+		<-s.newsDone
+	}
+	s.hub.close()
+	s.stopCheckpoints()
+}
 
 // access says who may call a route.
 type access int

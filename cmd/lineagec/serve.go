@@ -162,6 +162,7 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	// in dir either way (every node needs the same server key).
 	var (
 		st        store.Store
+		news      store.News // the other nodes' appends, on a shared store
 		syncStats func() store.CommitStats
 		where     = dir
 	)
@@ -170,7 +171,7 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		st, where = pg, "the PostgreSQL store"
+		st, news, where = pg, pg, "the PostgreSQL store"
 	} else {
 		fs, err := store.OpenFile(dir, store.FileOptions{})
 		if err != nil {
@@ -197,7 +198,7 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	marks, _ := st.(store.Marks)
 	srv, err := server.New(server.Config{Runtime: rt, Principals: principals, Key: key,
 		Logger: slog.New(handler), SyncStats: syncStats, CheckpointSigner: signer, AgentRPS: rps, AgentBurst: p.burst,
-		Marks: marks})
+		Marks: marks, News: news})
 	if err != nil {
 		return err
 	}

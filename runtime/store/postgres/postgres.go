@@ -64,6 +64,8 @@ type Store struct {
 	workers  sync.WaitGroup
 
 	groups, appends atomic.Int64 // group commits sent, appends in them
+
+	node string // this store value's name in its news (news.go)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -106,7 +108,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: postgres: %w", err)
 	}
-	s := &Store{pool: pool, timeout: opts.Timeout, queue: make(chan *appendReq, maxGroup)}
+	s := &Store{pool: pool, timeout: opts.Timeout, queue: make(chan *appendReq, maxGroup), node: newNode()}
 	octx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
 	ok, err := hasSchema(octx, pool)
@@ -305,6 +307,7 @@ func (s *Store) send(ctx context.Context, group []*appendReq) ([]bool, error) {
 		} else {
 			b.Queue(insertMany, r.agent, int64(r.first), r.recs)
 		}
+		s.queueNews(b, r)
 	}
 	br := s.pool.SendBatch(ctx, b)
 	landed := make([]bool, len(group))
@@ -323,6 +326,9 @@ func (s *Store) send(ctx context.Context, group []*appendReq) ([]bool, error) {
 					err = fmt.Errorf("%w: %s: %d of %d records landed", errBug, r.agent, n, len(r.recs))
 				}
 			}
+		}
+		if err == nil {
+			_, err = br.Exec() // the news of this append (news.go)
 		}
 		if err != nil {
 			break

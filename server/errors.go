@@ -45,6 +45,10 @@ const (
 	// it may be recorded or not; a retry with the same request id resolves
 	// it (docs/stores.md).
 	CodeUnknownOutcome = "unknown_outcome"
+	// CodeClockUnsynced: on a shared store, the node cannot bound its clock's
+	// error from the store's within --max-clock-error; writes are refused
+	// (503) and /health says why (docs/stores.md).
+	CodeClockUnsynced = "clock_unsynced"
 	// CodeTooManyRequests: an agent's token over its request quota (429,
 	// Retry-After; docs/service.md). Nothing was recorded.
 	CodeTooManyRequests = "too_many_requests"

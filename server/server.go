@@ -58,6 +58,10 @@ type Config struct {
 	// News, if set, tells of the appends of the other nodes on a shared
 	// store; the event stream and held requests follow them (news.go).
 	News store.News
+	// Clock, if set, is the node's time base on a shared store: while
+	// Unsynced says why not, writes (POST) answer 503 clock_unsynced and
+	// /health says why (internal/storeclock, docs/stores.md).
+	Clock interface{ Unsynced() error }
 }
 
 // MaxWait is the longest ?wait= on a request.
@@ -251,6 +255,11 @@ func (s *Server) wrap(rt route) http.Handler {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
 		p, err := s.authorize(r, rt.who)
+		if err == nil && r.Method == http.MethodPost && s.cfg.Clock != nil {
+			if cerr := s.cfg.Clock.Unsynced(); cerr != nil {
+				err = newError(http.StatusServiceUnavailable, CodeClockUnsynced, cerr.Error()+"; nothing was recorded")
+			}
+		}
 		if err == nil {
 			if rt.path != "/v1/events" {
 				_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(writeTimeout))
@@ -790,6 +799,11 @@ func (s *Server) pending(w http.ResponseWriter, r *http.Request, _ Principal) er
 func (s *Server) health(w http.ResponseWriter, _ *http.Request, _ Principal) error {
 	if _, err := s.rt.Agents(); err != nil {
 		return writeJSON(w, http.StatusServiceUnavailable, &Error{Code: CodeUnavailable, Message: "the store is not usable: " + err.Error()})
+	}
+	if s.cfg.Clock != nil {
+		if err := s.cfg.Clock.Unsynced(); err != nil {
+			return writeJSON(w, http.StatusServiceUnavailable, &Error{Code: CodeClockUnsynced, Message: err.Error() + "; writes are refused"})
+		}
 	}
 	return writeJSON(w, http.StatusOK, struct{}{})
 }

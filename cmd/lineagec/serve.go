@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lineage-guard/lineage/compiler"
+	"github.com/lineage-guard/lineage/internal/storeclock"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
@@ -40,6 +41,7 @@ type serveParams struct {
 	ckptKey   string // --checkpoint-key (serve_checkpoint.go)
 	agentRPS  float64
 	burst     int
+	maxClock  time.Duration // --max-clock-error
 }
 
 func newServeCmd(g *globalParams) *cobra.Command {
@@ -86,6 +88,7 @@ the store and exits 0. Request logs go to stderr (--log-format text|json).
 	f.DurationVar(&p.idle, "agent-idle", 10*time.Minute, "unload agents unused for this long (0: never)")
 	f.Float64Var(&p.agentRPS, "agent-rps", server.DefaultAgentRPS, "calls a second each agent's token may make at this node; over it 429 too_many_requests (0: no quota)")
 	f.IntVar(&p.burst, "agent-burst", server.DefaultAgentBurst, "calls an agent's token may make at once above --agent-rps")
+	f.DurationVar(&p.maxClock, "max-clock-error", storeclock.DefaultMaxError, "on a shared store (--store), the largest error of this node's clock against the store's; beyond it writes answer 503 clock_unsynced")
 	f.StringVar(&p.ckptKey, "checkpoint-key", "", "sign checkpoints with this private key (lineagec key generate): GET /v1/agents/{agent}/checkpoint and /proof/{seq}")
 	return cmd
 }
@@ -163,6 +166,7 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	var (
 		st        store.Store
 		news      store.News // the other nodes' appends, on a shared store
+		clock     *storeclock.Clock
 		syncStats func() store.CommitStats
 		where     = dir
 	)
@@ -172,6 +176,11 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 			return err
 		}
 		st, news, where = pg, pg, "the PostgreSQL store"
+		// One clock: the store's (D354 (the store's clock is every node's)).
+		read, done := pg.ClockSource()
+		defer done()
+		clock = storeclock.Start(read, storeclock.Options{MaxError: p.maxClock, Logger: slog.New(handler)})
+		defer clock.Close()
 	} else {
 		fs, err := store.OpenFile(dir, store.FileOptions{})
 		if err != nil {
@@ -192,13 +201,14 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		Compile:     func(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) },
 		MaxAgents:   p.maxAgents,
 		IdleTimeout: p.idle,
+		Clock:       clockNow(clock),
 	})
 	// The size and head of the last checkpoint signed of each agent, kept by
 	// the store (the data directory, or the shared database).
 	marks, _ := st.(store.Marks)
 	srv, err := server.New(server.Config{Runtime: rt, Principals: principals, Key: key,
 		Logger: slog.New(handler), SyncStats: syncStats, CheckpointSigner: signer, AgentRPS: rps, AgentBurst: p.burst,
-		Marks: marks, News: news})
+		Marks: marks, News: news, Clock: clockOf(clock)})
 	if err != nil {
 		return err
 	}
@@ -253,4 +263,21 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// clockNow is the runtime's clock: the store's on a shared store, else nil
+// (the local clock).
+func clockNow(c *storeclock.Clock) func() time.Time {
+	if c == nil {
+		return nil
+	}
+	return c.Now
+}
+
+// clockOf is the server's view of the clock: none on the file store.
+func clockOf(c *storeclock.Clock) interface{ Unsynced() error } {
+	if c == nil {
+		return nil
+	}
+	return c
 }

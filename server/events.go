@@ -115,6 +115,14 @@ func (h *hub) endStreams() {
 	}
 }
 
+// interested says whether any stream or any held request of agent would
+// hear of it: news no one would hear is not read (news.go).
+func (h *hub) interested(agent string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs) > 0 || len(h.waiters[agent]) > 0
+}
+
 // waiting lists the held requests: agent and request id of each.
 func (h *hub) waiting() [][2]string {
 	h.mu.Lock()

@@ -28,8 +28,11 @@ func (s *Server) startNews() {
 }
 
 // news reads records first..last of agent, appended by another node, and
-// tells of them.
+// tells of them, if a stream or a held request of agent would hear it.
 func (s *Server) news(ctx context.Context, agent string, first, last uint64) {
+	if !s.hub.interested(agent) {
+		return // no stream open, no request of agent held: nothing to tell
+	}
 	err := s.rt.ScanLog(ctx, agent, first, func(seq uint64, line []byte) error {
 		if seq > last {
 			return errStopNews

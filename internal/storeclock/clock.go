@@ -27,8 +27,8 @@ type Options struct {
 	// for writes (serve --max-clock-error; default 100 ms).
 	MaxError time.Duration
 	// Every is how often the offset is measured (default 1 s; at most 10 s
-	// apart, docs/stores.md). A measurement older than ten of these, or than
-	// 10 s, no longer bounds the error.
+	// apart, docs/stores.md). A measurement older than ten of these no longer
+	// bounds the error.
 	Every time.Duration
 	// Samples is how many round trips a measurement takes (default 3); the
 	// one with the shortest round trip counts.
@@ -42,12 +42,14 @@ type Clock struct {
 	src    Source
 	opts   Options
 	offset atomic.Int64 // nanoseconds to add to the local clock
+	ok     atomic.Bool  // the last measurement was within the bound
+	goodAt atomic.Int64 // monotonic nanoseconds since born of the last good measurement
+	born   time.Time
 
 	mu     sync.Mutex
 	synced bool
-	told   bool      // the first measurement was logged
-	why    string    // why it is not synced
-	at     time.Time // local monotonic time of the last good measurement
+	told   bool   // the first measurement was logged
+	why    string // why it is not synced
 	bound  time.Duration
 	stop   context.CancelFunc
 	done   chan struct{}
@@ -76,7 +78,7 @@ func Start(src Source, opts Options) *Clock {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &Clock{src: src, opts: opts, stop: cancel, done: make(chan struct{}), why: "the store's clock was not measured yet"}
+	c := &Clock{src: src, opts: opts, stop: cancel, done: make(chan struct{}), why: "the store's clock was not measured yet", born: time.Now()}
 	c.measure(ctx)
 	go c.run(ctx)
 	return c
@@ -96,18 +98,19 @@ func (c *Clock) Offset() (time.Duration, time.Duration) {
 }
 
 // Unsynced is nil while the clock's error is within its bound, else why not.
+// It takes no lock while synced: every write asks it.
 func (c *Clock) Unsynced() error {
+	if c.ok.Load() {
+		age := time.Since(c.born) - time.Duration(c.goodAt.Load())
+		if age <= 10*c.opts.Every {
+			return nil
+		}
+		return fmt.Errorf("the node's clock is not synced with the store's: no measurement of its offset for %s (bound %s)",
+			age.Round(time.Millisecond), c.opts.MaxError)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	stale := max(10*c.opts.Every, 10*time.Second)
-	switch {
-	case !c.synced:
-		return fmt.Errorf("the node's clock is not synced with the store's: %s (bound %s)", c.why, c.opts.MaxError)
-	case time.Since(c.at) > stale:
-		return fmt.Errorf("the node's clock is not synced with the store's: no measurement of its offset for %s (bound %s)",
-			time.Since(c.at).Round(time.Millisecond), c.opts.MaxError)
-	}
-	return nil
+	return fmt.Errorf("the node's clock is not synced with the store's: %s (bound %s)", c.why, c.opts.MaxError)
 }
 
 // Close stops the measurements.
@@ -168,8 +171,12 @@ func (c *Clock) measure(ctx context.Context) {
 		c.bound = best / 2
 	default:
 		c.offset.Store(int64(offset))
-		c.synced, c.why, c.at, c.bound = true, "", time.Now(), best/2
+		c.synced, c.why, c.bound = true, "", best/2
 	}
+	if c.synced {
+		c.goodAt.Store(int64(time.Since(c.born)))
+	}
+	c.ok.Store(c.synced)
 	first := !c.told
 	c.told = true
 	switch {

@@ -395,7 +395,7 @@ export interface components {
         };
         Error: {
             /** @enum {string} */
-            code: "bad_request" | "invalid_policy" | "unauthorized" | "forbidden" | "unknown_agent" | "unknown_request" | "not_found" | "method_not_allowed" | "id_conflict" | "not_pending" | "sealed" | "too_large" | "corrupt_log" | "unavailable" | "no_checkpoint_key" | "unknown_record" | "checkpoint_diverged";
+            code: "bad_request" | "invalid_policy" | "unauthorized" | "forbidden" | "unknown_agent" | "unknown_request" | "not_found" | "method_not_allowed" | "id_conflict" | "not_pending" | "sealed" | "too_large" | "corrupt_log" | "unavailable" | "unknown_outcome" | "clock_unsynced" | "too_many_requests" | "no_checkpoint_key" | "unknown_record" | "checkpoint_diverged";
             errors?: components["schemas"]["Diagnostic"][];
             message: string;
         };
@@ -504,7 +504,7 @@ export interface operations {
                     "application/json": Record<string, never>;
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -573,7 +573,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -657,7 +657,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -727,7 +727,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -824,7 +824,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -895,7 +895,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -968,7 +968,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1070,7 +1070,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1176,7 +1176,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1260,7 +1260,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1355,7 +1355,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1450,7 +1450,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1543,7 +1543,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1602,7 +1602,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1709,7 +1709,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;

@@ -38,11 +38,22 @@ func newNode() string {
 	return hex.EncodeToString(b[:])
 }
 
-// queueNews adds the NOTIFY of r to b, right after r's insert.
+// insertOneNews is insertOne that notifies if, and only if, its row landed:
+// its command tag counts the rows landed as an INSERT's does.
+const insertOneNews = `WITH ins AS (` + insertOne + ` RETURNING seq)
+	SELECT pg_notify('` + newsChannel + `', $4::text) FROM ins`
+
+// newsOf is the payload of r's news.
+func (s *Store) newsOf(r *appendReq) string {
+	last := r.first + uint64(len(r.recs)) - 1
+	return s.node + " " + r.agent + " " + strconv.FormatUint(r.first, 10) + " " + strconv.FormatUint(last, 10)
+}
+
+// queueNews adds the NOTIFY of r, an append of several records, to b, right
+// after r's insert.
 func (s *Store) queueNews(b *pgx.Batch, r *appendReq) {
 	last := r.first + uint64(len(r.recs)) - 1
-	payload := s.node + " " + r.agent + " " + strconv.FormatUint(r.first, 10) + " " + strconv.FormatUint(last, 10)
-	b.Queue(notifyLanded, payload, r.agent, int64(last), r.recs[len(r.recs)-1])
+	b.Queue(notifyLanded, s.newsOf(r), r.agent, int64(last), r.recs[len(r.recs)-1])
 }
 
 // parseNews reads a payload of queueNews.

@@ -302,12 +302,12 @@ func appendErr(err error, doing, agent string) error {
 func (s *Store) send(ctx context.Context, group []*appendReq) ([]bool, error) {
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(group))}
 	for _, r := range group {
-		if len(r.recs) == 1 {
-			b.Queue(insertOne, r.agent, int64(r.first), r.recs[0])
+		if len(r.recs) == 1 { // the insert tells its news itself (news.go)
+			b.Queue(insertOneNews, r.agent, int64(r.first), r.recs[0], s.newsOf(r))
 		} else {
 			b.Queue(insertMany, r.agent, int64(r.first), r.recs)
+			s.queueNews(b, r)
 		}
-		s.queueNews(b, r)
 	}
 	br := s.pool.SendBatch(ctx, b)
 	landed := make([]bool, len(group))
@@ -327,7 +327,7 @@ func (s *Store) send(ctx context.Context, group []*appendReq) ([]bool, error) {
 				}
 			}
 		}
-		if err == nil {
+		if err == nil && len(r.recs) > 1 {
 			_, err = br.Exec() // the news of this append (news.go)
 		}
 		if err != nil {

@@ -23,6 +23,9 @@ func (s *Server) mountInbox() {
 		},
 		Events: http.HandlerFunc(s.handleEvents),
 		Decide: func(ctx context.Context, by, agent, id, note string, approve bool) (lineage.Verdict, error) {
+			if err := s.clockErr(); err != nil {
+				return lineage.Verdict{}, err
+			}
 			decide := s.rt.Reject
 			if approve {
 				decide = s.rt.Approve
@@ -30,6 +33,9 @@ func (s *Server) mountInbox() {
 			return s.decideAs(ctx, Principal{Name: by}, agent, id, note, decide)
 		},
 		Terminate: func(ctx context.Context, by, agent, note string) error {
+			if err := s.clockErr(); err != nil {
+				return err
+			}
 			if _, err := s.rt.Terminate(ctx, agent, runtime.Kill{By: by, Note: note}); err != nil {
 				return err
 			}

@@ -133,6 +133,19 @@ func (s *Server) Close() {
 	s.stopCheckpoints()
 }
 
+// clockErr is the 503 clock_unsynced of a write while the node's clock is
+// out of its bound (Config.Clock; D355 (a node beyond the bound refuses
+// writes)), else nil. Every write asks it: the API's POSTs and the inbox's.
+func (s *Server) clockErr() error {
+	if s.cfg.Clock == nil {
+		return nil
+	}
+	if err := s.cfg.Clock.Unsynced(); err != nil {
+		return newError(http.StatusServiceUnavailable, CodeClockUnsynced, err.Error()+"; nothing was recorded")
+	}
+	return nil
+}
+
 // access says who may call a route.
 type access int
 
@@ -255,10 +268,8 @@ func (s *Server) wrap(rt route) http.Handler {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
 		p, err := s.authorize(r, rt.who)
-		if err == nil && r.Method == http.MethodPost && s.cfg.Clock != nil {
-			if cerr := s.cfg.Clock.Unsynced(); cerr != nil {
-				err = newError(http.StatusServiceUnavailable, CodeClockUnsynced, cerr.Error()+"; nothing was recorded")
-			}
+		if err == nil && r.Method == http.MethodPost {
+			err = s.clockErr()
 		}
 		if err == nil {
 			if rt.path != "/v1/events" {

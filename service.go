@@ -15,6 +15,10 @@ var (
 	ErrForbidden = errors.New("forbidden")
 	// ErrUnavailable: the store cannot be written; nothing was acknowledged (503).
 	ErrUnavailable = errors.New("unavailable")
+	// ErrUnknownOutcome: a write whose commit could not be confirmed; it may
+	// have been recorded or not (503). A retry with the same request id
+	// resolves it (docs/stores.md).
+	ErrUnknownOutcome = errors.New("unknown_outcome")
 	// ErrTooManyRequests: the agent's token is over its request quota; nothing
 	// was recorded (429, with Retry-After).
 	ErrTooManyRequests = errors.New("too_many_requests")

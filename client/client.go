@@ -9,6 +9,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 
@@ -94,6 +96,7 @@ var sentinels = map[string]error{
 	"sealed":            lineage.ErrSealed,
 	"corrupt_log":       lineage.ErrCorrupt,
 	"unavailable":       lineage.ErrUnavailable,
+	"unknown_outcome":   lineage.ErrUnknownOutcome,
 	"too_many_requests": lineage.ErrTooManyRequests,
 	"too_large":         lineage.ErrBadRequest,
 }
@@ -295,23 +298,35 @@ func (c *Client) Policy(ctx context.Context, agent string) (digest string, polic
 	return out.Digest, out.Policy, err
 }
 
-// Request asks the guard to decide a request. A request with an id is
-// retried (the id makes a retry safe: docs/decision-order.md step 1); one without is not.
-// req.At must be zero: the server's clock gives the time.
+// Request asks the guard to decide a request. A request without an id is
+// given one (NewRequestID), so that every call is retried with its id after a
+// network error or a 503, unknown_outcome included: the id makes a retry
+// safe (docs/decision-order.md step 1), and the retry answers the recorded
+// verdict or decides afresh if nothing was recorded (docs/stores.md, D351
+// (the Go client names every request)). req.At must be zero: the server's
+// clock gives the time.
 func (c *Client) Request(ctx context.Context, agent string, req lineage.Request) (lineage.Verdict, error) {
 	if !req.At.IsZero() {
 		return lineage.Verdict{}, fmt.Errorf("%w: the server's clock gives the time of a request", lineage.ErrBadRequest)
 	}
-	body := map[string]any{"tool": req.Tool}
-	if req.ID != "" {
-		body["id"] = req.ID
+	if req.ID == "" {
+		req.ID = NewRequestID()
 	}
+	body := map[string]any{"tool": req.Tool, "id": req.ID}
 	if req.Args != nil {
 		body["args"] = req.Args
 	}
 	var out lineage.Verdict
-	err := c.call(ctx, "POST", "/v1/agents/"+seg(agent)+"/requests", nil, body, &out, http.StatusOK, req.ID != "")
+	err := c.call(ctx, "POST", "/v1/agents/"+seg(agent)+"/requests", nil, body, &out, http.StatusOK, true)
 	return out, err
+}
+
+// NewRequestID returns a fresh request id, "go_" and 24 random hex digits,
+// for a call whose caller gave none.
+func NewRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "go_" + hex.EncodeToString(b[:])
 }
 
 // Verdict returns a request's current verdict; wait > 0 holds a pending one

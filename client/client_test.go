@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,8 +84,17 @@ func TestErrorsAcrossTheWire(t *testing.T) {
 func TestRetries(t *testing.T) {
 	var calls atomic.Int32
 	var failing atomic.Int32
+	var lost atomic.Int32 // answers lost after the commit: 503 unknown_outcome
 	u, tok, rt := serve(t, func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if lost.Load() > 0 {
+				lost.Add(-1)
+				calls.Add(1)
+				h.ServeHTTP(httptest.NewRecorder(), r)
+				w.WriteHeader(http.StatusServiceUnavailable)
+				w.Write([]byte(`{"code":"unknown_outcome","message":"the commit was not confirmed"}`))
+				return
+			}
 			if failing.Load() > 0 {
 				failing.Add(-1)
 				calls.Add(1)
@@ -105,17 +116,32 @@ func TestRetries(t *testing.T) {
 	if err != nil || v.Decision != lineage.Allow || calls.Load() != 2 {
 		t.Fatalf("retried request: %+v %v after %d failures", v, err, calls.Load())
 	}
-	// Without an id a repeat would be a second request: not retried.
+	// A request without an id is given one, so it is retried too (D351 (the
+	// Go client names every request)); and an answer lost after the commit
+	// (unknown_outcome) is resolved by the retry: one record per call.
 	calls.Store(0)
 	failing.Store(1)
-	if _, err := admin.Request(bg, c.Agent, lineage.Request{Tool: "t"}); !errors.Is(err, lineage.ErrUnavailable) || calls.Load() != 1 {
-		t.Errorf("request without id: %v after %d calls", err, calls.Load())
+	v2, err := admin.Request(bg, c.Agent, lineage.Request{Tool: "t"})
+	if err != nil || calls.Load() != 1 || !strings.HasPrefix(v2.RequestID, "go_") {
+		t.Errorf("request without id: %+v %v after %d failures", v2, err, calls.Load())
 	}
-	failing.Store(0)
+	calls.Store(0)
+	lost.Store(2)
+	v3, err := admin.Request(bg, c.Agent, lineage.Request{Tool: "t"})
+	if err != nil || calls.Load() != 2 || v3.Decision != lineage.Allow {
+		t.Errorf("request whose answers were lost: %+v %v after %d lost answers", v3, err, calls.Load())
+	}
 	recs, err := rt.Records(c.Agent)
-	if err != nil || len(recs) != 3 {
-		t.Errorf("the log has %d records (%v), want genesis, policy and one action", len(recs), err)
+	if err != nil || len(recs) != 5 {
+		t.Errorf("the log has %d records (%v), want genesis, policy and three actions", len(recs), err)
 	}
+	lost.Store(10)
+	admin.Retries = 1
+	if _, err := admin.Request(bg, c.Agent, lineage.Request{Tool: "t"}); !errors.Is(err, lineage.ErrUnknownOutcome) {
+		t.Errorf("request after the retries: %v, want unknown_outcome", err)
+	}
+	lost.Store(0)
+	admin.Retries = 3
 	// Reads are retried; more failures than retries surface as unavailable.
 	failing.Store(10)
 	admin.Retries = 2

@@ -41,6 +41,14 @@ const (
 	CodeTooLarge       = "too_large"
 	CodeCorrupt        = "corrupt_log"
 	CodeUnavailable    = "unavailable"
+	// CodeUnknownOutcome: a write whose commit could not be confirmed (503):
+	// it may be recorded or not; a retry with the same request id resolves
+	// it (docs/stores.md).
+	CodeUnknownOutcome = "unknown_outcome"
+	// CodeClockUnsynced: on a shared store, the node cannot bound its clock's
+	// error from the store's within --max-clock-error; writes are refused
+	// (503) and /health says why (docs/stores.md).
+	CodeClockUnsynced = "clock_unsynced"
 	// CodeTooManyRequests: an agent's token over its request quota (429,
 	// Retry-After; docs/service.md). Nothing was recorded.
 	CodeTooManyRequests = "too_many_requests"
@@ -70,6 +78,8 @@ func errorOf(err error) *Error {
 	var damage *store.DamageError
 	status, code := http.StatusServiceUnavailable, CodeUnavailable
 	switch {
+	case errors.Is(err, store.ErrUnknownOutcome): // sent, commit not confirmed: maybe recorded (docs/stores.md)
+		return &Error{status: http.StatusServiceUnavailable, Code: CodeUnknownOutcome, Message: err.Error()}
 	case errors.Is(err, store.ErrUnavailable): // the database is away: nothing acknowledged (docs/stores.md)
 		return &Error{status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: err.Error()}
 	case errors.As(err, &list):

@@ -15,8 +15,8 @@ type event struct {
 }
 
 // hub fans events out to the SSE streams and wakes the requests that wait for
-// a decision (?wait=). Only this process writes its store, so the events of
-// its own handlers are every change there is.
+// a decision (?wait=). The events of this node's own handlers, and on a
+// shared store the news of the other nodes (news.go).
 type hub struct {
 	mu      sync.Mutex
 	subs    map[chan event]struct{}
@@ -103,6 +103,37 @@ func (h *hub) wake(agent, request string) {
 			close(ch)
 		}
 	}
+}
+
+// endStreams ends every stream (its client reconnects and lists /v1/pending).
+func (h *hub) endStreams() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.subs {
+		delete(h.subs, ch)
+		close(ch)
+	}
+}
+
+// interested says whether any stream or any held request of agent would
+// hear of it: news no one would hear is not read (news.go).
+func (h *hub) interested(agent string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs) > 0 || len(h.waiters[agent]) > 0
+}
+
+// waiting lists the held requests: agent and request id of each.
+func (h *hub) waiting() [][2]string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out [][2]string
+	for agent, m := range h.waiters {
+		for _, id := range m {
+			out = append(out, [2]string{agent, id})
+		}
+	}
+	return out
 }
 
 // close ends every stream and every wait (shutdown).

@@ -24,6 +24,9 @@ func (s *Server) mountInbox() {
 		Present: func(p inbox.Principal) bool { return s.auth.Load().has(Principal{Name: p.Name, Role: Role(p.Role)}) },
 		Events:  http.HandlerFunc(s.handleEvents),
 		Decide: func(ctx context.Context, by, agent, id, note string, approve bool) (lineage.Verdict, error) {
+			if err := s.clockErr(); err != nil {
+				return lineage.Verdict{}, err
+			}
 			decide := s.rt.Reject
 			if approve {
 				decide = s.rt.Approve
@@ -31,6 +34,9 @@ func (s *Server) mountInbox() {
 			return s.decideAs(ctx, Principal{Name: by}, agent, id, note, decide)
 		},
 		Terminate: func(ctx context.Context, by, agent, note string) error {
+			if err := s.clockErr(); err != nil {
+				return err
+			}
 			if _, err := s.rt.Terminate(ctx, agent, runtime.Kill{By: by, Note: note}); err != nil {
 				return err
 			}

@@ -63,6 +63,13 @@ type Config struct {
 	// DecisionLog, if its URL is set, exports every verdict to a sink
 	// (export.go).
 	DecisionLog DecisionLogConfig
+	// News, if set, tells of the appends of the other nodes on a shared
+	// store; the event stream and held requests follow them (news.go).
+	News store.News
+	// Clock, if set, is the node's time base on a shared store: while
+	// Unsynced says why not, writes (POST) answer 503 clock_unsynced and
+	// /health says why (internal/storeclock, docs/stores.md).
+	Clock interface{ Unsynced() error }
 }
 
 // MaxWait is the longest ?wait= on a request.
@@ -89,7 +96,9 @@ type Server struct {
 	// (checkMark), once a process.
 	vetted sync.Map
 
-	export *exporter // serve --decision-log (export.go)
+	export   *exporter     // serve --decision-log (export.go)
+	stopNews func()        // ends the news listener (news.go)
+	newsDone chan struct{} // closed when it has ended
 }
 
 // New builds a server. Close it to end its event streams and waits.
@@ -122,6 +131,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	if cfg.News != nil {
+		s.startNews()
+	}
 	return s, nil
 }
 
@@ -144,7 +156,28 @@ var quietRoutes = map[string]bool{"/health": true, "/metrics": true}
 // Close ends the event streams and the held requests (they answer at once
 // with the verdict as it is) and the checkpoint signers; in-flight
 // decisions are not affected.
-func (s *Server) Close() { s.hub.close(); s.stopCheckpoints(); s.stopExport() }
+func (s *Server) Close() {
+	if s.stopNews != nil {
+		s.stopNews()
+		<-s.newsDone
+	}
+	s.hub.close()
+	s.stopCheckpoints()
+	s.stopExport()
+}
+
+// clockErr is the 503 clock_unsynced of a write while the node's clock is
+// out of its bound (Config.Clock; D355 (a node beyond the bound refuses
+// writes)), else nil. Every write asks it: the API's POSTs and the inbox's.
+func (s *Server) clockErr() error {
+	if s.cfg.Clock == nil {
+		return nil
+	}
+	if err := s.cfg.Clock.Unsynced(); err != nil {
+		return newError(http.StatusServiceUnavailable, CodeClockUnsynced, err.Error()+"; nothing was recorded")
+	}
+	return nil
+}
 
 // access says who may call a route.
 type access int
@@ -269,6 +302,9 @@ func (s *Server) wrap(rt route) http.Handler {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
 		p, err := s.authorize(r, rt.who)
+		if err == nil && r.Method == http.MethodPost {
+			err = s.clockErr()
+		}
 		if err == nil {
 			if rt.path != "/v1/events" {
 				_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(writeTimeout))
@@ -812,6 +848,11 @@ func (s *Server) pending(w http.ResponseWriter, r *http.Request, _ Principal) er
 func (s *Server) health(w http.ResponseWriter, _ *http.Request, _ Principal) error {
 	if _, err := s.rt.Agents(); err != nil {
 		return writeJSON(w, http.StatusServiceUnavailable, &Error{Code: CodeUnavailable, Message: "the store is not usable: " + err.Error()})
+	}
+	if s.cfg.Clock != nil {
+		if err := s.cfg.Clock.Unsynced(); err != nil {
+			return writeJSON(w, http.StatusServiceUnavailable, &Error{Code: CodeClockUnsynced, Message: err.Error() + "; writes are refused"})
+		}
 	}
 	return writeJSON(w, http.StatusOK, struct{}{})
 }

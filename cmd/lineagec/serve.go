@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lineage-guard/lineage/compiler"
+	"github.com/lineage-guard/lineage/internal/storeclock"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
@@ -40,7 +41,8 @@ type serveParams struct {
 	ckptKey   string // --checkpoint-key (serve_checkpoint.go)
 	agentRPS  float64
 	burst     int
-	config    string // --config (serve_config.go)
+	maxClock  time.Duration // --max-clock-error
+	config    string        // --config (serve_config.go)
 	logLevel  string
 
 	decisionLog string // --decision-log URL (server/export.go)
@@ -100,6 +102,7 @@ wins (docs/operations.md).
 	f.Float64Var(&p.agentRPS, "agent-rps", server.DefaultAgentRPS, "calls a second each agent's token may make at this node; over it 429 too_many_requests (0: no quota)")
 	f.IntVar(&p.burst, "agent-burst", server.DefaultAgentBurst, "calls an agent's token may make at once above --agent-rps")
 	f.StringVar(&p.decisionLog, "decision-log", "", "POST every verdict to this HTTP sink as OPA decision-log events, in gzip batches, from the durable logs (docs/operations.md)")
+	f.DurationVar(&p.maxClock, "max-clock-error", storeclock.DefaultMaxError, "on a shared store (--store), the largest error of this node's clock against the store's; beyond it writes answer 503 clock_unsynced")
 	f.StringVar(&p.ckptKey, "checkpoint-key", "", "sign checkpoints with this private key (lineagec key generate): GET /v1/agents/{agent}/checkpoint and /proof/{seq}")
 	f.StringVar(&p.config, "config", "", "read these flags from a JSON or YAML file (schema/serve.schema.json); the command line wins")
 	f.StringVar(&p.logLevel, "log-level", "info", "least level logged: debug, info, warn, error (/health and /metrics are debug)")
@@ -185,6 +188,8 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	// in dir either way (every node needs the same server key).
 	var (
 		st        store.Store
+		news      store.News // the other nodes' appends, on a shared store
+		clock     *storeclock.Clock
 		syncStats func() store.CommitStats
 		where     = dir
 	)
@@ -193,7 +198,12 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		st, where = pg, "the PostgreSQL store"
+		st, news, where = pg, pg, "the PostgreSQL store"
+		// One clock: the store's (D354 (the store's clock is every node's)).
+		read, done := pg.ClockSource()
+		defer done()
+		clock = storeclock.Start(read, storeclock.Options{MaxError: p.maxClock, Logger: slog.New(handler)})
+		defer clock.Close()
 	} else {
 		fs, err := store.OpenFile(dir, store.FileOptions{})
 		if err != nil {
@@ -214,6 +224,7 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		Compile:     func(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) },
 		MaxAgents:   p.maxAgents,
 		IdleTimeout: p.idle,
+		Clock:       clockNow(clock),
 	})
 	// The size and head of the last checkpoint signed of each agent, kept by
 	// the store (the data directory, or the shared database).
@@ -221,7 +232,8 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	logger := slog.New(handler)
 	srv, err := server.New(server.Config{Runtime: rt, Principals: principals, Key: key,
 		Logger: logger, SyncStats: syncStats, CheckpointSigner: signer, AgentRPS: rps, AgentBurst: p.burst,
-		Marks: marks, Backup: serveBackup(st, dir), DecisionLog: server.DecisionLogConfig{URL: p.decisionLog, Store: st, Dir: dir}})
+		Marks: marks, Backup: serveBackup(st, dir), DecisionLog: server.DecisionLogConfig{URL: p.decisionLog, Store: st, Dir: dir},
+		News: news, Clock: clockOf(clock)})
 	if err != nil {
 		return err
 	}
@@ -288,4 +300,21 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// clockNow is the runtime's clock: the store's on a shared store, else nil
+// (the local clock).
+func clockNow(c *storeclock.Clock) func() time.Time {
+	if c == nil {
+		return nil
+	}
+	return c.Now
+}
+
+// clockOf is the server's view of the clock: none on the file store.
+func clockOf(c *storeclock.Clock) interface{ Unsynced() error } {
+	if c == nil {
+		return nil
+	}
+	return c
 }

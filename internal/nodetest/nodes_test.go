@@ -76,7 +76,7 @@ func startClusterURLs(t testing.TB, dbs []string) *cluster {
 			Compile:   func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
 			MaxAgents: 100,
 		})
-		srv, err := server.New(server.Config{Runtime: rt, Principals: principals, Key: key})
+		srv, err := server.New(server.Config{Runtime: rt, Principals: principals, Key: key, News: st})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,13 +1,16 @@
 package nodetest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,6 +85,8 @@ func TestNodeConnectionCut(t *testing.T) {
 	p := startProxy(t, u.Host)
 	u.Host = p.ln.Addr().String()
 	c := startClusterURLs(t, []string{u.String(), direct})
+	seen := &outcomes{base: c.hc.Transport}
+	c.hc.Transport = seen
 	// If the load spends the whole budget, its last append is two records
 	// (the action and the termination): then the agent must be terminated.
 	agent, cls := c.agent(ctx, `{"budget": 300, "tools": {"t": {"cost": 1}}}`)
@@ -106,11 +111,18 @@ func TestNodeConnectionCut(t *testing.T) {
 					return
 				default:
 				}
-				id := fmt.Sprintf("w%d_%d", w, i)
+				// Half the workers give no id: the client names the call
+				// and retries it with that name (D351 (the Go client names
+				// every request)).
+				id := ""
+				if w%4 < 2 {
+					id = fmt.Sprintf("w%d_%d", w, i)
+				}
 				v, err := cls[node].Request(ctx, agent, lineage.Request{ID: id, Tool: "t"})
+				id = v.RequestID
 				var e *client.Error
 				switch {
-				case errors.As(err, &e) && e.Code == "unavailable":
+				case errors.As(err, &e) && (e.Code == "unavailable" || e.Code == "unknown_outcome"):
 					mu.Lock()
 					lost++
 					mu.Unlock()
@@ -156,13 +168,22 @@ func TestNodeConnectionCut(t *testing.T) {
 			allowed++
 		}
 	}
-	verdicts, _ := c.logVerdicts(t, ctx, 1, agent)
+	verdicts, actions := c.logVerdicts(t, ctx, 1, agent)
 	for _, a := range answers {
 		if a.v.Seq == 0 {
 			continue // refused after the budget ran out (D4): not recorded
 		}
 		if lv, ok := verdicts[a.id]; !ok || !sameVerdict(lv, a.v) {
 			t.Fatalf("%s answered %+v, the log holds %+v (found %v)", a.id, a.v, lv, ok)
+		}
+		// Every call, retried after an unknown outcome or not, is one record.
+		if n := actions[a.id]; n != 1 {
+			t.Fatalf("%s answered %+v and is %d records of the log, want exactly one", a.id, a.v, n)
+		}
+	}
+	for id, n := range actions {
+		if n != 1 {
+			t.Fatalf("request %s is %d records of the log", id, n)
 		}
 	}
 	st0, err0 := c.admin[0].State(ctx, agent)
@@ -173,5 +194,28 @@ func TestNodeConnectionCut(t *testing.T) {
 	if allowed == 300 && st1.Status != lineage.Terminated {
 		t.Fatalf("the budget was spent but the agent is %s", st1.Status)
 	}
-	t.Logf("%d answers, %d allowed, %d after the last cut, %d unavailable; log at seq %d, %s", len(answers), allowed, after, lost, st1.Seq, st1.Status)
+	t.Logf("%d answers, %d allowed, %d after the last cut, %d given up (unavailable or unknown_outcome); %d answers unknown_outcome and %d unavailable retried; log at seq %d, %s",
+		len(answers), allowed, after, lost, seen.unknown.Load(), seen.unavailable.Load(), st1.Seq, st1.Status)
+}
+
+// outcomes counts the 503s the clients saw, by code, before their retries.
+type outcomes struct {
+	base                 http.RoundTripper
+	unknown, unavailable atomic.Int64
+}
+
+func (o *outcomes) RoundTrip(r *http.Request) (*http.Response, error) {
+	res, err := o.base.RoundTrip(r)
+	if err != nil || res.StatusCode != http.StatusServiceUnavailable {
+		return res, err
+	}
+	b, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	res.Body = io.NopCloser(bytes.NewReader(b))
+	if bytes.Contains(b, []byte(`"unknown_outcome"`)) {
+		o.unknown.Add(1)
+	} else {
+		o.unavailable.Add(1)
+	}
+	return res, err
 }

@@ -9,6 +9,13 @@ import "errors"
 // log again before it appends anew.
 var ErrUnavailable = errors.New("store: backing service unavailable")
 
+// ErrUnknownOutcome is wrapped, beside ErrUnavailable, by the error of an
+// Append that reached the backing service but whose commit was not confirmed
+// (the connection was lost during the commit): the records may be in the log
+// or not. A server answers 503 unknown_outcome; a retry with the same request
+// id resolves it (docs/stores.md, "Several nodes").
+var ErrUnknownOutcome = errors.New("store: the outcome of the append is unknown")
+
 // CheckAgent returns an error wrapping ErrBadAgent unless agent is a valid
 // agent id (see Store). Backends outside this package call it at their edge.
 func CheckAgent(agent string) error { return checkAgent(agent) }

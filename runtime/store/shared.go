@@ -1,5 +1,7 @@
 package store
 
+import "context"
+
 // Two optional capabilities of a Store that the runtime uses across nodes
 // (docs/stores.md). A store without them works as before: it is treated as having
 // no other writer, and a read of a log's tail falls back to Scan.
@@ -44,4 +46,15 @@ func ScanFrom(st Store, agent string, from uint64, fn func(seq uint64, rec []byt
 		}
 		return fn(seq, rec)
 	})
+}
+
+// News is a store shared by several nodes that tells each of them of the
+// appends the others made (docs/stores.md, "One stream of news").
+type News interface {
+	// Listen calls fn with the agent and the seq range of each append that
+	// another store value (another node) committed, soon after its commit,
+	// until ctx ends. gap is called when news may have been lost (the
+	// listening connection failed and was made again): the caller reads
+	// again whatever it follows. fn and gap run on one goroutine, in order.
+	Listen(ctx context.Context, fn func(agent string, first, last uint64), gap func())
 }

@@ -415,7 +415,7 @@ export interface components {
         };
         Error: {
             /** @enum {string} */
-            code: "bad_request" | "invalid_policy" | "unauthorized" | "forbidden" | "unknown_agent" | "unknown_request" | "not_found" | "method_not_allowed" | "id_conflict" | "not_pending" | "sealed" | "too_large" | "too_many_requests" | "corrupt_log" | "unavailable" | "no_checkpoint_key" | "unknown_record" | "checkpoint_diverged";
+            code: "bad_request" | "invalid_policy" | "unauthorized" | "forbidden" | "unknown_agent" | "unknown_request" | "not_found" | "method_not_allowed" | "id_conflict" | "not_pending" | "sealed" | "too_large" | "too_many_requests" | "corrupt_log" | "unavailable" | "unknown_outcome" | "clock_unsynced" | "too_many_requests" | "no_checkpoint_key" | "unknown_record" | "checkpoint_diverged";
             errors?: components["schemas"]["Diagnostic"][];
             message: string;
         };
@@ -524,7 +524,7 @@ export interface operations {
                     "application/json": Record<string, never>;
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -593,7 +593,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -677,7 +677,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -747,7 +747,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -844,7 +844,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -915,7 +915,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -988,7 +988,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1090,7 +1090,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1196,7 +1196,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1280,7 +1280,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1375,7 +1375,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1470,7 +1470,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1563,7 +1563,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1622,7 +1622,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1794,7 +1794,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description unavailable: the store cannot be written; nothing acknowledged */
+            /** @description unavailable: the store cannot be written; nothing acknowledged. unknown_outcome: a write whose commit could not be confirmed, maybe recorded; a retry with the same request id resolves it (docs/stores.md). clock_unsynced: on a shared store, the node cannot bound its clock error within --max-clock-error; writes are refused */
             503: {
                 headers: {
                     [name: string]: unknown;

@@ -64,6 +64,8 @@ type Store struct {
 	workers  sync.WaitGroup
 
 	groups, appends atomic.Int64 // group commits sent, appends in them
+
+	node string // this store value's name in its news (news.go)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -106,7 +108,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: postgres: %w", err)
 	}
-	s := &Store{pool: pool, timeout: opts.Timeout, queue: make(chan *appendReq, maxGroup)}
+	s := &Store{pool: pool, timeout: opts.Timeout, queue: make(chan *appendReq, maxGroup), node: newNode()}
 	octx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
 	ok, err := hasSchema(octx, pool)
@@ -274,9 +276,25 @@ func (s *Store) commit(group []*appendReq) {
 		}
 	default:
 		for _, r := range group {
-			r.done <- mapErr(err, fmt.Sprintf("appending at seq %d to", r.first), r.agent)
+			r.done <- appendErr(err, fmt.Sprintf("appending at seq %d to", r.first), r.agent)
 		}
 	}
+}
+
+// appendErr is mapErr for a batch of appends: where the batch may have
+// reached the database and its commit was not confirmed (the connection
+// was lost or timed out after sending), the error wraps
+// store.ErrUnknownOutcome as well, so that the service answers
+// unknown_outcome rather than unavailable (D350 (an unconfirmed commit is
+// an unknown outcome)). Nothing was sent if pgx says so (SafeToRetry) or
+// no connection could be made.
+func appendErr(err error, doing, agent string) error {
+	m := mapErr(err, doing, agent)
+	var ce *pgconn.ConnectError
+	if !errors.Is(m, store.ErrUnavailable) || pgconn.SafeToRetry(err) || errors.As(err, &ce) {
+		return m
+	}
+	return fmt.Errorf("%w: %w", store.ErrUnknownOutcome, m)
 }
 
 // send runs group as one pipelined batch and reports which appends landed.
@@ -284,10 +302,11 @@ func (s *Store) commit(group []*appendReq) {
 func (s *Store) send(ctx context.Context, group []*appendReq) ([]bool, error) {
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(group))}
 	for _, r := range group {
-		if len(r.recs) == 1 {
-			b.Queue(insertOne, r.agent, int64(r.first), r.recs[0])
+		if len(r.recs) == 1 { // the insert tells its news itself (news.go)
+			b.Queue(insertOneNews, r.agent, int64(r.first), r.recs[0], s.newsOf(r))
 		} else {
 			b.Queue(insertMany, r.agent, int64(r.first), r.recs)
+			s.queueNews(b, r)
 		}
 	}
 	br := s.pool.SendBatch(ctx, b)
@@ -307,6 +326,9 @@ func (s *Store) send(ctx context.Context, group []*appendReq) ([]bool, error) {
 					err = fmt.Errorf("%w: %s: %d of %d records landed", errBug, r.agent, n, len(r.recs))
 				}
 			}
+		}
+		if err == nil && len(r.recs) > 1 {
+			_, err = br.Exec() // the news of this append (news.go)
 		}
 		if err != nil {
 			break

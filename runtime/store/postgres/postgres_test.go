@@ -281,6 +281,10 @@ func TestOutage(t *testing.T) {
 	}
 	if err := s.Append("agt_a", 2, storetest.Rec("agt_a", 2)); !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "agt_a") {
 		t.Errorf("Append while the database is down: %v, want ErrUnavailable naming the agent", err)
+	} else if errors.Is(err, store.ErrUnknownOutcome) {
+		// Nothing reached a database that is down: not an unknown outcome
+		// (D350 (an unconfirmed commit is an unknown outcome)).
+		t.Errorf("Append while the database is down: %v, want no ErrUnknownOutcome", err)
 	}
 	if err := s.Scan("agt_a", func(uint64, []byte) error { return nil }); !errors.Is(err, store.ErrUnavailable) {
 		t.Errorf("Scan while the database is down: %v, want ErrUnavailable", err)

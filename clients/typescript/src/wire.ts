@@ -415,7 +415,7 @@ export interface components {
         };
         Error: {
             /** @enum {string} */
-            code: "bad_request" | "invalid_policy" | "unauthorized" | "forbidden" | "unknown_agent" | "unknown_request" | "not_found" | "method_not_allowed" | "id_conflict" | "not_pending" | "sealed" | "too_large" | "too_many_requests" | "corrupt_log" | "unavailable" | "unknown_outcome" | "clock_unsynced" | "too_many_requests" | "no_checkpoint_key" | "unknown_record" | "checkpoint_diverged";
+            code: "bad_request" | "invalid_policy" | "unauthorized" | "forbidden" | "unknown_agent" | "unknown_request" | "not_found" | "method_not_allowed" | "id_conflict" | "not_pending" | "sealed" | "too_large" | "too_many_requests" | "corrupt_log" | "unavailable" | "unknown_outcome" | "clock_unsynced" | "no_checkpoint_key" | "unknown_record" | "checkpoint_diverged";
             errors?: components["schemas"]["Diagnostic"][];
             message: string;
         };

@@ -173,7 +173,7 @@ func (p *jsonParser) value(tok jt.Token, start int, ptr string, depth int) (any,
 		return p.array(ptr, depth+1)
 	case '0':
 		n := tok.String() // the number as written
-		if msg := numberProblem(n); msg != "" {
+		if msg := numberProblem(n, p.d.exactAt(ptr)); msg != "" {
 			p.diags = append(p.diags, diag.Diagnostic{Code: diag.CodeNumber, Pointer: ptr, Position: p.position(start), Message: msg})
 		}
 		return json.Number(n), nil

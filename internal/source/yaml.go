@@ -520,7 +520,7 @@ func (c *yamlConv) number(n *yaml.Node, ptr, text string) any {
 			v, sign, digits, sign, digits)
 		return nil
 	}
-	if msg := numberProblem(text); msg != "" {
+	if msg := numberProblem(text, c.d.exactAt(ptr)); msg != "" {
 		c.errorf(n, ptr, diag.CodeNumber, "%s", msg)
 	}
 	return json.Number(text)

@@ -150,7 +150,9 @@ func (f *folded) fold(rec lineage.Record, body any, canonArgs []byte) error {
 				MaxActions int64 `json:"max_actions"`
 			} `json:"rate_limit"`
 		}
-		if err := json.Unmarshal(b.Policy, &p); err != nil {
+		// The policy as recorded, its members matched exactly (a rehashed
+		// "Budget" is not the budget), D372 (records' policies read strictly).
+		if err := jsontext.UnmarshalOpen(b.Policy, &p, 0); err != nil {
 			return fmt.Errorf("policy record: %w", err)
 		}
 		f.digest, f.policyDoc, f.budget = b.Digest, b.Policy, p.Budget

@@ -26,7 +26,8 @@ func numberProblem(s string, exact bool) string {
 		return exactProblem(s)
 	}
 	if p := jsontext.NumberProblem(s); p != "" {
-		return "number " + s + " " + p
+		// A request's number may travel as a string; a policy's may not.
+		return "number " + s + " " + strings.TrimSuffix(p, "; send it as a string")
 	}
 	return ""
 }

@@ -30,3 +30,23 @@ func TestStateFileReadStrictly(t *testing.T) {
 		t.Fatalf("good file: %v", err)
 	}
 }
+
+// TestExactNameStrict: a tool definition's name is its member "name" exactly;
+// a definition with a member name twice (anywhere) or invalid Unicode is no
+// definition (D378, tool definitions read strictly).
+func TestExactNameStrict(t *testing.T) {
+	for raw, want := range map[string]string{
+		`{"name":"read","inputSchema":{"type":"object","maximum":18446744073709551615}}`: "read",
+		`{"Name":"evil","name":"read"}`: "read",
+	} {
+		if got, ok := exactName([]byte(raw)); !ok || got != want {
+			t.Errorf("%s: %q %v", raw, got, ok)
+		}
+	}
+	for _, raw := range []string{`{"name":"read","name":"delete"}`, `{"name":"read","inputSchema":{"a":1,"a":2}}`,
+		`{"name":"re\ud800ad"}`, `{"Name":"read"}`, `{"name":1}`, `[]`, `{"name":"a"} {}`} {
+		if got, ok := exactName([]byte(raw)); ok {
+			t.Errorf("%s: accepted as %q", raw, got)
+		}
+	}
+}

@@ -122,7 +122,15 @@ func loadFile(path string, explicit bool) (f *File, skip bool, err error) {
 	if err != nil {
 		return nil, false, diag.List{{Code: diag.CodeIO, Position: diag.Position{File: path}, Message: err.Error()}}
 	}
-	doc, diags := source.Load(path, data)
+	// A number a double does not hold inside a policy is the policy's
+	// problem, reported when the case compiles it; the file's own numbers
+	// (times to the nanosecond, expected values) are kept as written, and a
+	// step's args reach the runtime as written, which refuses them as it
+	// refuses a request's.
+	doc, diags := source.LoadWith(path, data, source.LoadOptions{
+		Defer: inPolicy,
+		Exact: func(ptr string) bool { return !inPolicy(ptr) },
+	})
 	if len(diags) > 0 {
 		return nil, false, diags
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/internal/gogc"
+	"github.com/lineage-guard/lineage/internal/jsontext"
 )
 
 // Version is the proxy's implementation version in MCP handshakes.
@@ -119,7 +120,9 @@ func parseRules(digest string, doc json.RawMessage) (rules, error) {
 		} `json:"tools"`
 		DefaultRule json.RawMessage `json:"default_rule"`
 	}
-	if err := json.Unmarshal(doc, &p); err != nil {
+	// Exact member names (D376, the proxy's state file and a log's records
+	// read strictly): the service's policy as the compiler reads it.
+	if err := jsontext.UnmarshalOpen(doc, &p, 0); err != nil {
 		return rules{}, fmt.Errorf("mcpproxy: the agent's policy: %w", err)
 	}
 	r := rules{tools: map[string]string{}, digest: digest}

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"sync"
 
+	jt "github.com/go-json-experiment/json/jsontext"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -109,17 +110,41 @@ func (cc *captureConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 }
 
 // exactName is a definition's member "name", spelled exactly so (not a
-// member a case-insensitive reader would take for it).
+// member a case-insensitive reader would take for it). The definition is read
+// by the one strict reader's tokenizer (D378, tool definitions read
+// strictly): a member name twice anywhere in it or invalid Unicode, which
+// two readers could take two ways, makes it no definition (the tool is left
+// out). Its numbers are the server's and only pinned, so no number rule.
 func exactName(raw json.RawMessage) (string, bool) {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) != nil {
+	dec := jt.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
 		return "", false
 	}
-	var name string
-	if json.Unmarshal(m["name"], &name) != nil {
+	name, found := "", false
+	for {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return "", false
+		}
+		if tok.Kind() == '}' {
+			break
+		}
+		if tok.String() != "name" {
+			if dec.SkipValue() != nil {
+				return "", false
+			}
+			continue
+		}
+		v, err := dec.ReadToken()
+		if err != nil || v.Kind() != '"' {
+			return "", false
+		}
+		name, found = v.String(), true
+	}
+	if _, err := dec.ReadToken(); err != io.EOF {
 		return "", false
 	}
-	return name, true
+	return name, found
 }
 
 // rewriteTools replaces every tool of a tools/list result by the definition

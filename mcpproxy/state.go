@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/lockedfile"
+
+	"github.com/lineage-guard/lineage/internal/jsontext"
 )
 
 // openCalls is the proxy's only durable state (decision D112): for one
@@ -83,7 +85,7 @@ func (o *openCalls) read() (map[string]string, fs.FileInfo, time.Time, error) {
 		return nil, nil, seen, fmt.Errorf("mcpproxy: reading %s: %w", o.path, err)
 	}
 	m := map[string]string{}
-	if err := json.Unmarshal(b, &m); err != nil {
+	if err := jsontext.Unmarshal(b, &m, 0); err != nil {
 		return nil, nil, seen, fmt.Errorf("mcpproxy: %s is not a JSON object of call keys to request ids: %w", o.path, err)
 	}
 	return m, fi, seen, nil

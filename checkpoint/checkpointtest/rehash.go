@@ -5,14 +5,11 @@
 package checkpointtest
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
-	"github.com/gowebpki/jcs"
-
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/internal/canon"
 )
 
 // Rehash takes a log's stored lines, replaces record k's body by edit(body),
@@ -44,17 +41,16 @@ func Rehash(lines [][]byte, k int, edit func(body []byte) []byte) ([][]byte, err
 		if err != nil {
 			return nil, err
 		}
-		canon, err := jcs.Transform(unsigned)
+		c, err := canon.Transform(unsigned)
 		if err != nil {
 			return nil, fmt.Errorf("seq %d: the edited body is not JSON: %v", i, err)
 		}
-		sum := sha256.Sum256(canon)
-		r.Hash = "sha256:" + hex.EncodeToString(sum[:])
+		r.Hash = canon.Digest(c)
 		full, err := json.Marshal(r)
 		if err != nil {
 			return nil, err
 		}
-		if out[i], err = jcs.Transform(full); err != nil {
+		if out[i], err = canon.Transform(full); err != nil {
 			return nil, err
 		}
 		prev = r.Hash

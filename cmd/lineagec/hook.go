@@ -18,6 +18,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
+	"github.com/lineage-guard/lineage/internal/jsontext"
 	"github.com/lineage-guard/lineage/mcpproxy"
 )
 
@@ -184,7 +185,9 @@ func decideHook(ctx context.Context, p hookParams, stdin io.Reader, stderr io.Wr
 	}
 	var ev hookEvent
 	if err == nil {
-		err = json.Unmarshal(raw, &ev)
+		// The one strict reader, D371 (the hook's event read strictly):
+		// Claude Code's members exactly, the ones it adds skipped.
+		err = jsontext.UnmarshalOpen(raw, &ev, 0)
 	}
 	if err == nil && ev.HookEventName == nil {
 		err = errors.New("it has no hook_event_name")

@@ -221,7 +221,12 @@ func TestHookClaudeCode(t *testing.T) {
 		out, _ = e.run(ev, "--token", "lga_AAAA")
 		deny(t, out)
 		for _, bad := range []string{"", "not json", `{"tool_name":"Bash","tool_input":{}}`, `{"hook_event_name":"PreToolUse","tool_input":{}}`,
-			`{"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":[1]}`, `[]`} {
+			`{"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":[1]}`, `[]`,
+			// D371 (the hook's event read strictly): a name twice, a name in
+			// other capitals, invalid Unicode are not an event.
+			`{"hook_event_name":"PreToolUse","tool_name":"Read","tool_name":"Bash","tool_input":{"command":"ls"}}`,
+			`{"Hook_Event_Name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"ls"}}`,
+			`{"hook_event_name":"PreToolUse","tool_name":"Bash\ud800","tool_input":{"command":"ls"}}`} {
 			out, _ = e.run(bad)
 			deny(t, out)
 		}

@@ -1,8 +1,8 @@
 // Package jsontext is the project's one strict JSON reader (read.go: Decode,
 // Unmarshal; number.go: NumberProblem, D231 numbers a double holds). It also
-// keeps LoneSurrogate, a check on raw JSON text that encoding/json does not
-// make (it decodes \ud800 to U+FFFD without a word), which the policy and case
-// file loader (internal/source) still runs over its own token stream.
+// keeps LoneSurrogate, which finds the escape of a lone surrogate in raw
+// JSON text: the policy and case file loader (internal/source), which reads
+// with the same decoder, uses it to point at the escape the decoder refused.
 package jsontext
 
 import "strconv"

@@ -87,6 +87,22 @@ func Unmarshal(data []byte, v any, maxDepth int) error {
 	return nil
 }
 
+// UnmarshalOpen is Unmarshal for documents that another program defines and
+// may grow (a Claude Code hook event, the policy inside a policy record):
+// member names are still matched exactly, duplicates, invalid Unicode and
+// numbers a double does not hold are still refused in the members read, but a
+// member v has no field for is skipped (checked as JSON, never bound).
+func UnmarshalOpen(data []byte, v any, maxDepth int) error {
+	if maxDepth <= 0 {
+		maxDepth = DefaultDepth
+	}
+	o := gojson.JoinOptions(unmarshalOptions(maxDepth), gojson.RejectUnknownMembers(false))
+	if err := gojson.Unmarshal(data, v, o); err != nil {
+		return describe(err, data)
+	}
+	return nil
+}
+
 // optionsByDepth caches Unmarshal's options, one set per depth limit (a
 // handful: the callers use constants), so a call builds none.
 var optionsByDepth sync.Map // int → gojson.Options

@@ -127,3 +127,25 @@ func TestNumberRuleAgainstBigRat(t *testing.T) {
 		}
 	}
 }
+
+// TestUnmarshalOpen: a member the struct has no field for is skipped, one
+// that differs from a field only in case is skipped too (never bound to it),
+// and duplicates, invalid Unicode and inexact numbers are still refused.
+func TestUnmarshalOpen(t *testing.T) {
+	var v struct {
+		Tool string `json:"tool"`
+		Args any    `json:"args"`
+	}
+	if err := UnmarshalOpen([]byte(`{"tool":"pay","Tool":"evil","session":{"x":[1,2]},"args":{"a":1.5}}`), &v, 0); err != nil || v.Tool != "pay" {
+		t.Fatalf("open: %v %+v", err, v)
+	}
+	v.Tool = ""
+	if err := UnmarshalOpen([]byte(`{"Tool":"evil"}`), &v, 0); err != nil || v.Tool != "" {
+		t.Errorf("Tool bound to tool: %v %+v", err, v)
+	}
+	for _, bad := range []string{`{"tool":"a","tool":"b"}`, `{"tool":"\ud800"}`, `{"args":{"a":100.000000000000001}}`, `{"x":1,"x":2}`} {
+		if err := UnmarshalOpen([]byte(bad), &v, 0); err == nil {
+			t.Errorf("%s: accepted", bad)
+		}
+	}
+}

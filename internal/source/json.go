@@ -9,26 +9,37 @@ import (
 	"strconv"
 	"strings"
 
+	jt "github.com/go-json-experiment/json/jsontext"
+
 	"github.com/lineage-guard/lineage/internal/diag"
 	"github.com/lineage-guard/lineage/internal/jsontext"
 )
 
-// jsonParser walks encoding/json's token stream, recording positions.
+// jsonParser walks the token stream of the project's one strict JSON reader
+// (internal/jsontext: go-json-experiment's jsontext.Decoder, D230 one strict
+// JSON reader), recording where each token starts. The decoder refuses lone
+// surrogates and anything that is not JSON; duplicate names are let through
+// to the parser, which reports each with the line of the first, and numbers
+// are checked here by jsontext.NumberProblem (D231 numbers a double holds).
 type jsonParser struct {
 	d     *Document
 	data  []byte
-	dec   *json.Decoder
+	dec   *jt.Decoder
 	cur   cursor
 	diags diag.List
-	fatal bool
+	key   bool // the token being read is where an object key goes
 }
 
 // errStop unwinds the parser after a syntax error has been recorded.
 var errStop = errors.New("stop")
 
+// decoderOptions: duplicates are the parser's to report (with the first's
+// line); the depth the decoder allows is far beyond MaxDepth, which the
+// parser checks, so the decoder's limit is only met by skipped content.
+var decoderOptions = jt.AllowDuplicateNames(true)
+
 func (d *Document) loadJSON(data []byte) diag.List {
-	p := &jsonParser{d: d, data: data, dec: json.NewDecoder(bytes.NewReader(data))}
-	p.dec.UseNumber()
+	p := &jsonParser{d: d, data: data, dec: jt.NewDecoder(bytes.NewReader(data), decoderOptions)}
 	tok, start, err := p.next("")
 	if err == nil {
 		var v any
@@ -53,78 +64,81 @@ func (p *jsonParser) errorAt(off int, ptr, msg string) {
 }
 
 // next returns the next token and the offset where it starts.
-func (p *jsonParser) next(ptr string) (json.Token, int, error) {
+func (p *jsonParser) next(ptr string) (jt.Token, int, error) {
 	start := skipSeparators(p.data, int(p.dec.InputOffset()))
-	tok, err := p.dec.Token()
+	tok, err := p.dec.ReadToken()
 	if err != nil {
 		p.syntaxError(err, start, ptr)
-		return nil, start, errStop
-	}
-	if _, ok := tok.(string); ok {
-		// encoding/json turns a lone surrogate escape into U+FFFD silently.
-		if r, at, lone := jsontext.LoneSurrogate(p.data[start:p.dec.InputOffset()]); lone {
-			p.errorAt(start+at, ptr, fmt.Sprintf(`lone surrogate \u%04x is not valid Unicode`, r))
-			return nil, start, errStop
-		}
+		return jt.Token{}, start, errStop
 	}
 	return tok, start, nil
 }
 
-// syntaxError records err from the decoder. encoding/json's offsets are not
-// consistent about pointing at or just before the offending character, so when
-// the message names the character, the position is where it really is.
+// syntaxError records err from the decoder, at the byte it names.
 func (p *jsonParser) syntaxError(err error, start int, ptr string) {
-	var se *json.SyntaxError
+	var se *jt.SyntacticError
 	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		p.errorAt(len(p.data), ptr, "unexpected end of input")
 	case errors.As(err, &se):
-		off := int(se.Offset)
-		if c, ok := offendingChar(se.Error()); ok {
-			from := max(off-1, start, 0)
-			if i := bytes.IndexByte(p.data[min(from, len(p.data)):], c); i >= 0 {
-				off = from + i
+		off := min(max(int(se.ByteOffset), 0), len(p.data))
+		msg := se.Err.Error()
+		switch {
+		case errors.Is(se.Err, io.ErrUnexpectedEOF):
+			p.errorAt(len(p.data), ptr, "unexpected end of input")
+			return
+		case strings.Contains(msg, "surrogate"):
+			if r, at, lone := jsontext.LoneSurrogate(p.data[start:]); lone {
+				p.errorAt(start+at, ptr, fmt.Sprintf(`lone surrogate \u%04x is not valid Unicode`, r))
+				return
 			}
+		case strings.Contains(msg, "exceeded max depth"):
+			p.diags = append(p.diags, diag.Diagnostic{Code: diag.CodeTooDeep, Pointer: ptr, Position: p.position(off),
+				Message: fmt.Sprintf("nesting deeper than %d levels", MaxDepth)})
+			return
 		}
-		msg := se.Error()
-		if strings.HasSuffix(msg, "'") && strings.HasPrefix(msg, "invalid character ") {
-			// encoding/json gives no context right after '{'.
-			msg += " looking for beginning of object key string"
-		}
+		msg = syntaxMessage(msg, p.data, off, p.key)
 		if hasYAMLExt(p.d.File) {
 			msg += " (a document that starts with '{' or '[' is read as JSON)"
 		}
 		p.errorAt(off, ptr, msg)
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		p.errorAt(len(p.data), ptr, "unexpected end of input")
 	default:
 		p.errorAt(start, ptr, err.Error())
 	}
 }
 
+// syntaxMessage words the decoder's message (what it met, at off) for a
+// person reading a policy: a comma before a closing bracket is a trailing
+// comma, a bad character where a key goes says a key was expected.
+func syntaxMessage(msg string, data []byte, off int, key bool) string {
+	if strings.HasPrefix(msg, "invalid character ',' at start of value") {
+		if i := skipSpace(data, off+1); i < len(data) && (data[i] == '}' || data[i] == ']') {
+			return fmt.Sprintf("trailing comma before '%c' (JSON allows none)", data[i])
+		}
+	}
+	if msg == "missing value after object name" && off < len(data) {
+		return fmt.Sprintf("missing value after the key: found '%c' where a value should start", data[off])
+	}
+	if key {
+		msg = strings.Replace(msg, "at start of value", "where an object key (a string in double quotes) should start", 1)
+	} else {
+		msg = strings.Replace(msg, "at start of value", "where a value should start", 1)
+	}
+	for _, r := range syntaxWords {
+		msg = strings.Replace(msg, r[0], r[1], 1)
+	}
+	return msg
+}
+
+var syntaxWords = [][2]string{
+	{"after object name (expecting ':')", "after an object key (expecting ':')"},
+	{"after object value (expecting ',' or '}')", "after a value in an object (expecting ',' or '}')"},
+	{"after array element (expecting ',' or ']')", "after a value in an array (expecting ',' or ']')"},
+}
+
 func hasYAMLExt(file string) bool {
 	f := strings.ToLower(file)
 	return strings.HasSuffix(f, ".yaml") || strings.HasSuffix(f, ".yml")
-}
-
-// offendingChar extracts C from encoding/json's "invalid character 'C' ..."
-// messages (C is a Go rune literal whose value is the offending byte).
-func offendingChar(msg string) (byte, bool) {
-	const prefix = "invalid character "
-	i := strings.Index(msg, prefix)
-	if i < 0 {
-		return 0, false
-	}
-	rest := msg[i+len(prefix):]
-	for e := 3; e <= len(rest) && e <= 12; e++ {
-		if rest[e-1] != '\'' {
-			continue
-		}
-		if s, err := strconv.Unquote(rest[:e]); err == nil {
-			if r := []rune(s); len(r) == 1 && r[0] < 256 {
-				return byte(r[0]), true
-			}
-		}
-	}
-	return 0, false
 }
 
 func skipSpace(b []byte, i int) int {
@@ -143,30 +157,35 @@ func skipSeparators(b []byte, i int) int {
 
 // value converts the value that starts with tok. depth counts the containers
 // around it.
-func (p *jsonParser) value(tok json.Token, start int, ptr string, depth int) (any, error) {
+func (p *jsonParser) value(tok jt.Token, start int, ptr string, depth int) (any, error) {
 	line, col := p.cur.at(p.data, start)
 	p.d.set(ptr, line, col)
-	if _, ok := tok.(string); ok {
-		p.d.setText(ptr, line, col+1, 0) // after the opening quote
-	}
-	switch t := tok.(type) {
-	case json.Delim:
+	switch k := tok.Kind(); k {
+	case '{', '[':
 		if depth+1 > MaxDepth {
 			p.diags = append(p.diags, diag.Diagnostic{Code: diag.CodeTooDeep, Pointer: ptr, Position: p.position(start),
 				Message: fmt.Sprintf("nesting deeper than %d levels", MaxDepth)})
 			return nil, p.skip(ptr)
 		}
-		if t == '{' {
+		if k == '{' {
 			return p.object(ptr, depth+1)
 		}
 		return p.array(ptr, depth+1)
-	case json.Number:
-		if msg := numberProblem(string(t)); msg != "" {
+	case '0':
+		n := tok.String() // the number as written
+		if msg := numberProblem(n, p.d.exactAt(ptr)); msg != "" {
 			p.diags = append(p.diags, diag.Diagnostic{Code: diag.CodeNumber, Pointer: ptr, Position: p.position(start), Message: msg})
 		}
-		return t, nil
-	default: // string, bool, nil
-		return t, nil
+		return json.Number(n), nil
+	case '"':
+		p.d.setText(ptr, line, col+1, 0) // after the opening quote
+		return tok.String(), nil
+	case 't':
+		return true, nil
+	case 'f':
+		return false, nil
+	default: // 'n'
+		return nil, nil
 	}
 }
 
@@ -174,18 +193,16 @@ func (p *jsonParser) object(ptr string, depth int) (any, error) {
 	obj := map[string]any{}
 	firstLine := map[string]int{}
 	for {
+		p.key = true
 		tok, start, err := p.next(ptr)
+		p.key = false
 		if err != nil {
 			return nil, err
 		}
-		if tok == json.Delim('}') {
+		if tok.Kind() == '}' {
 			return obj, nil
 		}
-		key, ok := tok.(string)
-		if !ok { // encoding/json only yields strings here
-			p.errorAt(start, ptr, "object key must be a string")
-			return nil, errStop
-		}
+		key := tok.String() // the decoder yields only strings here
 		kptr := ptr + "/" + escapeToken(key)
 		kline, kcol := p.cur.at(p.data, start)
 		first, dup := firstLine[key]
@@ -228,7 +245,7 @@ func (p *jsonParser) array(ptr string, depth int) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if tok == json.Delim(']') {
+		if tok.Kind() == ']' {
 			return arr, nil
 		}
 		v, err := p.value(tok, start, iptr, depth)
@@ -246,10 +263,10 @@ func (p *jsonParser) skip(ptr string) error {
 		if err != nil {
 			return err
 		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
+		switch tok.Kind() {
+		case '{', '[':
 			level++
-		case json.Delim('}'), json.Delim(']'):
+		case '}', ']':
 			level--
 		}
 	}

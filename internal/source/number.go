@@ -3,23 +3,43 @@ package source
 import (
 	"fmt"
 	"strings"
-)
 
-// limit2p53 is 2^53, the largest magnitude up to which every integer is
-// exactly representable as a float64 (and so in any JSON implementation).
-const limit2p53 = "9007199254740992"
+	"github.com/lineage-guard/lineage/internal/jsontext"
+)
 
 // maxNumberLen bounds the text of one number: arbitrary-precision arithmetic
 // on longer ones (as schema validation does) costs time for nothing.
 const maxNumberLen = 100
 
 // numberProblem returns why the JSON number text s cannot be accepted, or "".
-// Accepted numbers are exactly what a float64 can carry: magnitude at most
-// 2^53 and not so close to zero that they vanish.
-func numberProblem(s string) string {
+// It is the rule every JSON the project reads follows, D231 (numbers a double
+// holds): a policy's `cost: 100.000000000000001` or `1e400` is refused where
+// it is written, as a request's would be.
+//
+// exact picks exactProblem's rule instead, for a number the document's reader
+// keeps as written (LoadOptions.Exact).
+func numberProblem(s string, exact bool) string {
 	if len(s) > maxNumberLen {
 		return fmt.Sprintf("number %s is too long (%d characters, at most %d)", abbreviate(s, 40), len(s), maxNumberLen)
 	}
+	if exact {
+		return exactProblem(s)
+	}
+	if p := jsontext.NumberProblem(s); p != "" {
+		// A request's number may travel as a string; a policy's may not.
+		return "number " + s + " " + strings.TrimSuffix(p, "; send it as a string")
+	}
+	return ""
+}
+
+// limit2p53 is 2^53, the largest magnitude up to which every integer is
+// exactly representable as a float64 (and so in any JSON implementation).
+const limit2p53 = "9007199254740992"
+
+// exactProblem is the rule for a number its reader keeps as written (an
+// exact decimal, never a double: a case file's times to the nanosecond): its
+// magnitude at most 2^53 and not so close to zero that a double would lose it.
+func exactProblem(s string) string {
 	if e := writtenExponent(s); e > 1000 || e < -1000 {
 		return fmt.Sprintf("number %s has an exponent out of range", s)
 	}

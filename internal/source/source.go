@@ -6,6 +6,7 @@ package source
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -34,6 +35,30 @@ type Document struct {
 
 	pos    map[string]span // JSON pointer → position of the value and of its key
 	failed bool            // Load reported diagnostics; Value is nil and meaningless
+
+	// deferred are number problems LoadDeferring kept for Validate to report
+	// (their values stand as 0 in Value, so nothing reads them).
+	deferred diag.List
+	opts     LoadOptions // while loading
+}
+
+// LoadOptions says, by JSON pointer, how Load treats a number a double does
+// not hold as written (D231 numbers a double holds); nil functions: refused.
+type LoadOptions struct {
+	// Defer: the problem does not fail the load; Validate reports it, on the
+	// document or on the Sub that holds it, first among its diagnostics (the
+	// value there reads as 0 meanwhile). A case file defers the problems of
+	// the policies it holds, so that a case can expect them as compile errors.
+	Defer func(pointer string) bool
+	// Exact: the number is the document's own, kept as written by its reader
+	// (never made a double): it is refused only beyond 2^53 or so near zero
+	// a double would lose it. A case file's times and expected numbers are;
+	// its args are checked by the runtime, as a request's.
+	Exact func(pointer string) bool
+}
+
+func (d *Document) exactAt(ptr string) bool {
+	return d.opts.Exact != nil && d.opts.Exact(ptr)
 }
 
 // span is where a node starts and, for an object member, where its key starts;
@@ -51,8 +76,33 @@ type span struct {
 // an error). On any diagnostic the returned Document's Value is nil. Load never
 // panics and never returns a nil Document.
 func Load(file string, data []byte) (*Document, diag.List) {
-	d := &Document{File: file, pos: map[string]span{}}
+	return LoadWith(file, data, LoadOptions{})
+}
+
+// LoadWith is Load with opts for numbers.
+func LoadWith(file string, data []byte, opts LoadOptions) (*Document, diag.List) {
+	d := &Document{File: file, pos: map[string]span{}, opts: opts}
 	diags := d.load(data)
+	d.opts = LoadOptions{}
+	if opts.Defer != nil && len(diags) > 0 && d.Value != nil {
+		var kept, later diag.List
+		for _, x := range diags {
+			if x.Code == diag.CodeNumber && opts.Defer(x.Pointer) {
+				later = append(later, x)
+			} else {
+				kept = append(kept, x)
+			}
+		}
+		if len(kept) == 0 {
+			for _, x := range later {
+				d.Value = setAt(d.Value, x.Pointer, json.Number("0"))
+			}
+			later = dedupe(later)
+			later.Sort()
+			d.deferred = later
+			return d, nil
+		}
+	}
 	if len(diags) > 0 {
 		diags = dedupe(diags)
 		diags.Sort()
@@ -221,6 +271,12 @@ func (d *Document) Sub(pointer string) *Document {
 	}
 	sub := &Document{File: d.File, Value: v, pos: map[string]span{}}
 	prefix := pointer + "/"
+	for _, x := range d.deferred {
+		if x.Pointer == pointer || strings.HasPrefix(x.Pointer, prefix) {
+			x.Pointer = x.Pointer[len(pointer):]
+			sub.deferred = append(sub.deferred, x)
+		}
+	}
 	for p, s := range d.pos {
 		switch {
 		case p == pointer:
@@ -269,6 +325,31 @@ func lookup(v any, pointer string) (any, bool) {
 		}
 	}
 	return v, true
+}
+
+// setAt returns v with the value at pointer replaced by nv (v itself when
+// the pointer names nothing).
+func setAt(v any, pointer string, nv any) any {
+	if pointer == "" {
+		return nv
+	}
+	i := strings.LastIndexByte(pointer, '/')
+	parentV, ok := lookup(v, pointer[:i])
+	if !ok {
+		return v
+	}
+	tok := unescapeToken(pointer[i+1:])
+	switch x := parentV.(type) {
+	case map[string]any:
+		if _, ok := x[tok]; ok {
+			x[tok] = nv
+		}
+	case []any:
+		if n, err := strconv.Atoi(tok); err == nil && n >= 0 && n < len(x) {
+			x[n] = nv
+		}
+	}
+	return v
 }
 
 func escapeToken(t string) string {

@@ -102,10 +102,27 @@ func compileSchema(name string) (*compiled, error) {
 // "conformance") and reports every violation with the JSON pointer and the
 // position of the offending value (of the key, for an unknown field), sorted.
 // A Document whose Load failed validates to nothing: its diagnostics were
-// already reported.
+// already reported. The number problems LoadDeferring kept come first; a
+// schema finding at the same pointer (about the 0 that stands there) is not
+// reported.
 func Validate(d *Document, schemaName string) (diags diag.List) {
 	if d == nil || d.failed {
 		return nil
+	}
+	if len(d.deferred) > 0 {
+		defer func() {
+			at := map[string]bool{}
+			for _, x := range d.deferred {
+				at[x.Pointer] = true
+			}
+			out := append(diag.List{}, d.deferred...)
+			for _, x := range diags {
+				if !at[x.Pointer] {
+					out = append(out, x)
+				}
+			}
+			diags = out
+		}()
 	}
 	defer func() {
 		if r := recover(); r != nil {

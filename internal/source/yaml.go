@@ -445,6 +445,13 @@ func (c *yamlConv) scalar(n *yaml.Node, ptr string) any {
 	tag := n.ShortTag()
 	switch tag {
 	case "!!str":
+		if n.Style == 0 && !strings.Contains(n.Value, "_") {
+			// A plain scalar in YAML 1.2's float form that yaml.v3 could not
+			// hold (1e400, 1e-400) is a number, refused as JSON's would be.
+			if s, ok := yamlFloatJSON(n.Value); ok {
+				return c.number(n, ptr, s)
+			}
+		}
 		return n.Value
 	case "!!merge":
 		if !explicit {
@@ -513,7 +520,7 @@ func (c *yamlConv) number(n *yaml.Node, ptr, text string) any {
 			v, sign, digits, sign, digits)
 		return nil
 	}
-	if msg := numberProblem(text); msg != "" {
+	if msg := numberProblem(text, c.d.exactAt(ptr)); msg != "" {
 		c.errorf(n, ptr, diag.CodeNumber, "%s", msg)
 	}
 	return json.Number(text)

@@ -88,7 +88,7 @@ func PrepareQuery(ctx context.Context, c *policy.Compiled, query string) (rego.P
 	opts := []func(*rego.Rego){
 		rego.Query(query),
 		rego.SetRegoVersion(ast.RegoV1),
-		rego.Capabilities(lineagerego.Capabilities()),
+		rego.Capabilities(lineagerego.WithArgsSchemas(lineagerego.Capabilities())),
 		rego.StrictBuiltinErrors(true),
 		rego.GenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }),
 	}

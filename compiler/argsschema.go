@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/santhosh-tekuri/jsonschema/v5"
 
 	"github.com/lineage-guard/lineage/internal/diag"
@@ -57,7 +60,11 @@ func checkArgsSchemas(n policy.Policy, doc *source.Document) diag.List {
 		base := diag.Pointer(append(ptr, "args_schema")...)
 		for _, f := range schemaProblems(raw) {
 			p := base + f.pointer
-			diags = append(diags, diag.Diagnostic{Code: diag.CodeArgsSchema, Pointer: p, Position: doc.Pos(p), Message: f.message})
+			pos := doc.Pos(p)
+			if f.key {
+				pos = doc.KeyPos(p)
+			}
+			diags = append(diags, diag.Diagnostic{Code: diag.CodeArgsSchema, Pointer: p, Position: pos, Message: f.message})
 		}
 	}
 	for _, name := range names {
@@ -72,6 +79,7 @@ func checkArgsSchemas(n policy.Policy, doc *source.Document) diag.List {
 type schemaProblem struct {
 	pointer string // within the schema
 	message string
+	key     bool // the keyword is wrong, not its value: blame the key
 }
 
 // schemaProblems lists what is wrong with one argument schema.
@@ -80,7 +88,7 @@ func schemaProblems(raw json.RawMessage) []schemaProblem {
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return []schemaProblem{{"", "internal: " + err.Error()}}
+		return []schemaProblem{{"", "internal: " + err.Error(), false}}
 	}
 	var out []schemaProblem
 	walkSchema(v, "", true, &out)
@@ -94,7 +102,7 @@ func schemaProblems(raw json.RawMessage) []schemaProblem {
 	}
 	const url = "lineage:args_schema.json"
 	if err := jc.AddResource(url, bytes.NewReader(raw)); err != nil {
-		return []schemaProblem{{"", err.Error()}}
+		return []schemaProblem{{"", err.Error(), false}}
 	}
 	if _, err := jc.Compile(url); err != nil {
 		var ve *jsonschema.ValidationError
@@ -103,16 +111,44 @@ func schemaProblems(raw json.RawMessage) []schemaProblem {
 			for len(leaf.Causes) > 0 {
 				leaf = leaf.Causes[0]
 			}
-			return []schemaProblem{{leaf.InstanceLocation, "not a valid JSON Schema 2020-12: " + leaf.Message}}
+			return []schemaProblem{{leaf.InstanceLocation, "not a valid JSON Schema 2020-12: " + leaf.Message, false}}
 		}
 		msg := err.Error()
 		var se *jsonschema.SchemaError
 		if errors.As(err, &se) && se.Err != nil {
 			msg = se.Err.Error()
 		}
-		return []schemaProblem{{"", "not a valid JSON Schema 2020-12: " + strings.ReplaceAll(msg, url, "args_schema")}}
+		return []schemaProblem{{"", "not a valid JSON Schema 2020-12: " + strings.ReplaceAll(msg, url, "args_schema"), false}}
+	}
+	// The schema is valid 2020-12; OPA's validator, which the runtime runs,
+	// must take it too (it refuses some that 2020-12 allows, such as an enum
+	// with a value twice): else every call of the tool would fail at run time.
+	if msg := opaRefuses(v); msg != "" {
+		return []schemaProblem{{"", "OPA's json.match_schema, which decides it, refuses this schema: " + msg, false}}
 	}
 	return nil
+}
+
+// opaRefuses returns why OPA's schema loader (json.verify_schema, the one
+// json.match_schema compiles with) refuses the schema v; "" if it does not.
+func opaRefuses(v any) string {
+	rs, err := rego.New(rego.Query("r := json.verify_schema(input)"), rego.Input(v),
+		rego.SetRegoVersion(ast.RegoV1)).Eval(context.Background())
+	if err != nil {
+		return err.Error()
+	}
+	if len(rs) != 1 {
+		return "no result"
+	}
+	r, _ := rs[0].Bindings["r"].([]any)
+	if len(r) != 2 {
+		return "no result"
+	}
+	if ok, _ := r[0].(bool); ok {
+		return ""
+	}
+	msg, _ := r[1].(string)
+	return strings.TrimPrefix(msg, "jsonschema: ")
 }
 
 // walkSchema checks the keywords of one schema and of its subschemas.
@@ -122,7 +158,7 @@ func walkSchema(v any, ptr string, root bool, out *[]schemaProblem) {
 		if _, isBool := v.(bool); isBool && !root {
 			return // true and false are schemas too
 		}
-		*out = append(*out, schemaProblem{ptr, "a schema must be an object"})
+		*out = append(*out, schemaProblem{ptr, "a schema must be an object", false})
 		return
 	}
 	keys := make([]string, 0, len(m))
@@ -135,20 +171,20 @@ func walkSchema(v any, ptr string, root bool, out *[]schemaProblem) {
 		p := ptr + "/" + diag.Pointer(k)[1:]
 		switch {
 		case !schemaKeywords[k]:
-			*out = append(*out, schemaProblem{p, fmt.Sprintf("keyword %q is not supported in an argument schema (docs/policy.md#argument-schemas lists those that are)", k)})
+			*out = append(*out, schemaProblem{p, fmt.Sprintf("keyword %q is not supported in an argument schema (docs/policy.md#argument-schemas lists those that are)", k), true})
 			continue
 		case k == "$schema":
 			if s, _ := m[k].(string); !root || strings.TrimSuffix(s, "#") != draft2020 {
-				*out = append(*out, schemaProblem{p, fmt.Sprintf("$schema may only be %q, at the top of the argument schema", draft2020)})
+				*out = append(*out, schemaProblem{p, fmt.Sprintf("$schema may only be %q, at the top of the argument schema", draft2020), false})
 			}
 			continue
 		case k == "$ref":
 			if s, _ := m[k].(string); !strings.HasPrefix(s, "#") {
-				*out = append(*out, schemaProblem{p, fmt.Sprintf("$ref %q is not local: an argument schema may only refer within itself (\"#/$defs/...\")", s)})
+				*out = append(*out, schemaProblem{p, fmt.Sprintf("$ref %q is not local: an argument schema may only refer within itself (\"#/$defs/...\")", s), false})
 			}
 			continue
 		case hasRef && !annotations[k]:
-			*out = append(*out, schemaProblem{p, fmt.Sprintf("keyword %q beside $ref: put the $ref in an allOf with it", k)})
+			*out = append(*out, schemaProblem{p, fmt.Sprintf("keyword %q beside $ref: put the $ref in an allOf with it", k), true})
 			continue
 		}
 		switch k {

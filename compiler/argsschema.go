@@ -223,3 +223,19 @@ func hasArgsSchema(n policy.Policy) bool {
 	}
 	return false
 }
+
+// ArgsSchemaProblems says why a JSON Schema cannot be a rule's args_schema
+// as it is (docs/policy.md#argument-schemas), each problem with its pointer
+// within the schema; nil when it can. `lineagec mcp pins` asks it of each
+// MCP tool's inputSchema.
+func ArgsSchemaProblems(schema json.RawMessage) []string {
+	var out []string
+	for _, p := range schemaProblems(schema) {
+		ptr := p.pointer
+		if ptr == "" {
+			ptr = "/"
+		}
+		out = append(out, ptr+": "+p.message)
+	}
+	return out
+}

@@ -63,6 +63,7 @@ var hints = map[string]string{
 	"unlisted_tool":       "the tool is not in the agent's policy: do not call it again",
 	"rate_limited":        "too many calls in a short time: wait before calling again",
 	"max_calls_exceeded":  "the tool has been called as many times as the policy allows: do not call it again",
+	"invalid_args":        "the arguments do not have the shape the policy requires for this tool (its args_schema): fix their types and required fields before calling again",
 	"too_many_pending":    "too many of the agent's calls already wait for a person's approval: wait for them to be decided before asking for another",
 	"insufficient_budget": "the agent has too few credits left for it",
 	"approval_rejected":   "a person rejected this call: do not repeat it",

@@ -114,6 +114,7 @@ func compileDocument(doc *source.Document, dir string, recorded bool) (*policy.C
 	n := normalize(p, recorded)
 	progs, celReadsState, celDiags := compileConstraints(n, doc)
 	diags = append(diags, celDiags...)
+	diags = append(diags, checkArgsSchemas(n, doc)...)
 	if len(diags) > 0 {
 		// Report every problem: if every extension parsed into its package, OPA
 		// can still check them (type errors, unknown functions) alongside the rest.
@@ -153,7 +154,7 @@ func compileDocument(doc *source.Document, dir string, recorded bool) (*policy.C
 			c.DefaultRule = ruleInput(*n.DefaultRule)
 		}
 	}
-	c.Reads = policy.InputReads{Args: len(progs) > 0, State: celReadsState, All: len(exts) > 0}
+	c.Reads = policy.InputReads{Args: len(progs) > 0 || hasArgsSchema(n), State: celReadsState, All: len(exts) > 0}
 	if len(progs) > 0 {
 		c.Options = []func(*rego.Rego){celOption(progs)}
 	}
@@ -313,6 +314,23 @@ func checkModules(c *policy.Compiled, exts []*extension) diag.List {
 			continue
 		}
 		diags = append(diags, owner.at(diag.CodeRegoCompile, err.Location, err.Message))
+	}
+	// json.match_schema is in the capabilities for the generated module's
+	// argument schemas: OPA does not refuse an extension that uses it, the
+	// allowlist does. In the compiled module local variables are renamed, so
+	// a reference json.match_schema left there is the builtin.
+	for i, e := range exts {
+		m := comp.Modules[fmt.Sprintf("ext/%d.rego", i)]
+		if e == nil || reported[e] || m == nil {
+			continue
+		}
+		ast.WalkTerms(m, func(t *ast.Term) bool {
+			if ref, ok := t.Value.(ast.Ref); ok && ref.Equal(ast.JSONMatchSchema.Ref()) {
+				diags = append(diags, e.at(diag.CodeRegoBuiltin, t.Location,
+					"builtin json.match_schema is not allowed in extensions: only deterministic, pure builtins are, so that replaying a log reproduces its verdicts (a rule's args_schema is the way to check the args' shape)"))
+			}
+			return false
+		})
 	}
 	if len(diags) == 0 {
 		c.Compiler = comp // the runtime prepares its queries on it (D61)

@@ -66,9 +66,11 @@ func forbiddenUses(m *ast.Module) []forbidden {
 }
 
 // opaCapabilities are the capabilities a compiled policy's modules are
-// checked with: the allowlist (lineagerego.Capabilities) and lineage.cel.
+// checked with: the allowlist (lineagerego.Capabilities), lineage.cel, and
+// json.match_schema, which the generated module's argument schemas use
+// (lineagerego.WithArgsSchemas; extensions may still not: forbiddenUses).
 func opaCapabilities() *ast.Capabilities {
-	caps := lineagerego.Capabilities()
+	caps := lineagerego.WithArgsSchemas(lineagerego.Capabilities())
 	caps.Builtins = append(caps.Builtins, &ast.Builtin{Name: celDecl.Name, Decl: celDecl.Decl})
 	return caps
 }

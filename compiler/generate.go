@@ -67,8 +67,9 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 	// no cost, no constraint, no approval) is not written at all: an allowed
 	// request evaluates only the checks that could have stopped it. Scars and
 	// the terminations they cause are the library's (guard.denial).
-	var whens strings.Builder
+	var whens, schemas strings.Builder
 	wWhen := func(format string, args ...any) { fmt.Fprintf(&whens, format, args...) }
+	wSchema := func(format string, args ...any) { fmt.Fprintf(&schemas, format, args...) }
 	var chain []branch // the verdict's branches
 	next := 0          // the index of the next CEL constraint's program
 	if len(names) <= chainTools {
@@ -87,13 +88,22 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 				when = fmt.Sprintf("d := _when_%d", i)
 				next = writeWhen(wWhen, fmt.Sprintf("_when_%d", i), r.When, next)
 			}
-			chain = append(chain, st.steps("input.request.tool == "+quote(name), constFigures(r, when))...)
+			f := constFigures(r, when)
+			if r.ArgsSchema != nil {
+				f.schema = fmt.Sprintf("_args_schema_%d", i)
+				wSchema("%s := %s\n\n", f.schema, schemaTerm(r.ArgsSchema))
+			}
+			chain = append(chain, st.steps("input.request.tool == "+quote(name), f)...)
 		}
 		w("# The verdict of a request or an approval: for each tool, the steps of docs/decision-order.md in order.\n")
 	} else {
 		// A table: OPA compiles each branch of a chain as a rule, which
 		// costs far more than an entry of a table (D60).
-		next = writeTable(w, n, names, st)
+		var anySchema bool
+		next, anySchema = writeTable(w, n, names, st)
+		if anySchema {
+			schemas.WriteString(" ") // the helper below is written
+		}
 		chain = append(chain, branch{head: "v", conds: []string{"t := tools[input.request.tool]", "v := _steps(t.shape, t)"}})
 		w("# The verdict of a request or an approval: its tool's steps, else the default rule's\n")
 		w("# (or the unlisted-tool denial).\n")
@@ -104,11 +114,23 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 			when = "d := _when_default"
 			writeWhen(wWhen, "_when_default", r.When, next)
 		}
-		chain = append(chain, st.steps("", constFigures(*r, when))...)
+		f := constFigures(*r, when)
+		if r.ArgsSchema != nil {
+			f.schema = "_args_schema_default"
+			wSchema("%s := %s\n\n", f.schema, schemaTerm(r.ArgsSchema))
+		}
+		chain = append(chain, st.steps("", f)...)
 	} else {
 		chain = append(chain, branch{head: `guard.denial("unlisted_tool", "moderate")`})
 	}
 	writeChain(w, "verdict", chain)
+	if schemas.Len() > 0 {
+		w("# Argument schemas (docs/policy.md#argument-schemas): args that do not match are invalid.\n")
+		w("_args_invalid(s) if {\n")
+		w("\tr := json.match_schema(input.request.args, s)\n")
+		w("\tr[0] == false\n}\n\n")
+		b.WriteString(strings.TrimLeft(schemas.String(), " "))
+	}
 	if whens.Len() > 0 {
 		w("# CEL constraints: the first that does not hold denies (docs/policy.md#cel-constraints).\n")
 		b.WriteString(whens.String())
@@ -176,6 +198,7 @@ func writeChain(w func(string, ...any), head string, chain []branch) {
 type figures struct {
 	maxCalls string
 	cost     string // "" for a free tool
+	schema   string // the Rego term of the args schema; "" for none
 	when     string // the condition that binds d to the first failing constraint
 	approval bool
 }
@@ -214,6 +237,10 @@ func (s stepper) steps(guard string, f figures) []branch {
 	}
 	if f.maxCalls != "" {
 		add(`guard.denial("max_calls_exceeded", "minor")`, "input.state.tool_calls >= "+f.maxCalls)
+	}
+	if f.schema != "" {
+		// Step 6 begins with the args schema, before the when list.
+		add(`guard.denial("invalid_args", "minor")`, "_args_invalid("+f.schema+")")
 	}
 	if f.when != "" {
 		add("guard.denial(d.reason, d.scar)", f.when)
@@ -262,9 +289,9 @@ func (s stepper) steps(guard string, f figures) []branch {
 // the steps of each shape of rule, _steps(shape, entry): a shape is which
 // steps a rule has; its entry holds its figures (max_calls, cost, its CEL
 // constraints: {i, reason, scar}, i the program's index). It returns the
-// index of the next CEL program.
-func writeTable(w func(string, ...any), n policy.Policy, names []string, st stepper) int {
-	type shape struct{ maxCalls, cost, when, approval bool }
+// index of the next CEL program, and whether any tool has an args schema.
+func writeTable(w func(string, ...any), n policy.Policy, names []string, st stepper) (int, bool) {
+	type shape struct{ maxCalls, cost, when, approval, schema bool }
 	shapes := map[shape]int{}
 	var order []shape
 	next := 0
@@ -273,7 +300,7 @@ func writeTable(w func(string, ...any), n policy.Policy, names []string, st step
 	w("tools := {\n")
 	for _, name := range names {
 		r := n.Tools[name]
-		sh := shape{r.MaxCalls != nil, r.Cost > 0, len(r.When) > 0, r.RequiresApproval}
+		sh := shape{r.MaxCalls != nil, r.Cost > 0, len(r.When) > 0, r.RequiresApproval, r.ArgsSchema != nil}
 		k, ok := shapes[sh]
 		if !ok {
 			k = len(order)
@@ -286,6 +313,9 @@ func writeTable(w func(string, ...any), n policy.Policy, names []string, st step
 		}
 		if sh.maxCalls {
 			w(`"max_calls": %d, `, *r.MaxCalls)
+		}
+		if sh.schema {
+			w(`"args_schema": %s, `, schemaTerm(r.ArgsSchema))
 		}
 		w(`"shape": %d`, k)
 		if sh.when {
@@ -302,7 +332,7 @@ func writeTable(w func(string, ...any), n policy.Policy, names []string, st step
 		w("},\n")
 	}
 	w("}\n\n")
-	anyWhen := false
+	anyWhen, anySchema := false, false
 	for k, sh := range order {
 		f := figures{approval: sh.approval}
 		if sh.maxCalls {
@@ -315,8 +345,12 @@ func writeTable(w func(string, ...any), n policy.Policy, names []string, st step
 			f.when = "d := _when_denial(t.when)"
 			anyWhen = true
 		}
+		if sh.schema {
+			f.schema = "t.args_schema"
+			anySchema = true
+		}
 		arg := "t"
-		if !sh.maxCalls && !sh.cost && !sh.when {
+		if !sh.maxCalls && !sh.cost && !sh.when && !sh.schema {
 			arg = "_"
 		}
 		writeChain(w, fmt.Sprintf("_steps(%d, %s)", k, arg), st.steps("", f))
@@ -327,7 +361,7 @@ func writeTable(w func(string, ...any), n policy.Policy, names []string, st step
 		w("\tds := [c | some c in cs; not %s(c.i, input)]\n", celBuiltin)
 		w("\td := ds[0]\n}\n\n")
 	}
-	return next
+	return next, anySchema
 }
 
 func writeWhen(w func(string, ...any), name string, whens []policy.Constraint, next int) int {
@@ -397,4 +431,50 @@ func oneLine(s string) string {
 		s = s[:n] + "..."
 	}
 	return s
+}
+
+// schemaTerm writes an args schema as a Rego term: its JSON, keys sorted,
+// spaced as opa fmt writes it.
+func schemaTerm(raw json.RawMessage) string {
+	var v any
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		panic(err) // checked by checkArgsSchemas
+	}
+	var b strings.Builder
+	var write func(v any)
+	write = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			keys := make([]string, 0, len(x))
+			for k := range x {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			b.WriteByte('{')
+			for i, k := range keys {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				b.WriteString(quote(k))
+				b.WriteString(": ")
+				write(x[k])
+			}
+			b.WriteByte('}')
+		case []any:
+			b.WriteByte('[')
+			for i, e := range x {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				write(e)
+			}
+			b.WriteByte(']')
+		default:
+			b.WriteString(jsonText(x))
+		}
+	}
+	write(v)
+	return b.String()
 }

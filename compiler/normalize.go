@@ -32,7 +32,10 @@ type normRule struct {
 	RequiresApproval bool             `json:"requires_approval"`
 	When             []normConstraint `json:"when"`
 	Pin              string           `json:"pin,omitempty"`
-	Description      string           `json:"description,omitempty"`
+	// ArgsSchema stays absent when the rule has none, so that a policy
+	// written (or recorded) before the field existed keeps its digest.
+	ArgsSchema  json.RawMessage `json:"args_schema,omitempty"`
+	Description string          `json:"description,omitempty"`
 }
 
 type normConstraint struct {
@@ -101,7 +104,7 @@ func normalizeRule(r policy.ToolRule) policy.ToolRule {
 
 func toNormRule(r policy.ToolRule) normRule {
 	out := normRule{Cost: r.Cost, MaxCalls: r.MaxCalls, RequiresApproval: r.RequiresApproval,
-		Pin: r.Pin, Description: r.Description, When: []normConstraint{}}
+		Pin: r.Pin, ArgsSchema: r.ArgsSchema, Description: r.Description, When: []normConstraint{}}
 	for _, c := range r.When {
 		out.When = append(out.When, normConstraint(c))
 	}

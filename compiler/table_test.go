@@ -109,7 +109,8 @@ func grid(c *policy.Compiled) []ast.Value {
 	argsList := []string{`{}`}
 	if c.Reads.Args || c.Reads.All { // CEL constraints or extensions read them
 		argsList = append(argsList, `{"amount": 100, "currency": "EUR", "to": "a@example.com", "recipient": "x@example.com"}`,
-			`{"amount": 1000000, "currency": "GBP", "to": "a@evil.test", "recipient": "x@evil.test"}`)
+			`{"amount": 1000000, "currency": "GBP", "to": "a@evil.test", "recipient": "x@evil.test"}`,
+			`{"to": "a@example.com"}`, `{"to": ["a@example.com"]}`) // argument schemas
 	}
 	var out []ast.Value
 	for _, tool := range tools {

@@ -46,6 +46,21 @@ var celPool = []string{
 
 var severities = []string{"", "none", "minor", "moderate", "severe"}
 
+// schemaPool are small argument schemas (docs/policy.md#argument-schemas), %d a
+// small number; randomOps's args match them some of the time.
+var schemaPool = []string{
+	`{"type":"object","properties":{"amount":{"type":"integer","maximum":%d}},"required":["amount"]}`,
+	`{"type":"object","properties":{"amount":{"type":"number"},"to":{"type":"string"}},"additionalProperties":false,"minProperties":%d}`,
+	`{"type":"object","properties":{"amount":{"type":"number","minimum":%d,"multipleOf":0.5}}}`,
+	`{"type":"object","properties":{"to":{"enum":["evil%d","evil9"]}},"required":["to"]}`,
+	`{"$defs":{"n":{"type":"integer","exclusiveMinimum":%d}},"type":"object","properties":{"amount":{"$ref":"#/$defs/n"}}}`,
+	`{"type":"object","properties":{"to":{"type":"string","pattern":"%d$"}},"maxProperties":1}`,
+	`{"type":"object","anyOf":[{"required":["to"]},{"properties":{"amount":{"exclusiveMaximum":%d}}}]}`,
+	`{"type":"object","not":{"required":["amount","to"]},"propertyNames":{"maxLength":%d}}`,
+	`{"type":"object","if":{"required":["to"]},"then":{"properties":{"amount":{"const":%d}}},"else":{"properties":{"amount":{"type":["integer","null"]}}}}`,
+	`{"type":"object","properties":{"to":{"type":"array","items":{"type":"string"},"maxItems":%d,"uniqueItems":true}}}`,
+}
+
 func randomRule(r *rand.Rand) policy.ToolRule {
 	rule := policy.Cost(int64(r.IntN(4)))
 	if r.IntN(3) == 0 {
@@ -53,6 +68,9 @@ func randomRule(r *rand.Rand) policy.ToolRule {
 	}
 	if r.IntN(4) == 0 {
 		rule = rule.WithApproval()
+	}
+	if r.IntN(3) == 0 {
+		rule = rule.WithArgsSchema(fmt.Sprintf(schemaPool[r.IntN(len(schemaPool))], r.IntN(8)))
 	}
 	for n := r.IntN(4) - 1; n > 0; n-- {
 		rule = rule.WithConstraint(fmt.Sprintf(celPool[r.IntN(len(celPool))], r.IntN(8)),
@@ -150,6 +168,19 @@ func randomOps(r *rand.Rand, n int) []op {
 				}
 				if r.IntN(4) == 0 {
 					args["to"] = fmt.Sprintf("evil%d", r.IntN(3))
+				}
+				// Shapes an argument schema may refuse.
+				switch r.IntN(12) {
+				case 0:
+					args["amount"] = fmt.Sprint(r.IntN(10))
+				case 1:
+					args["amount"] = nil
+				case 2:
+					args["to"] = []any{fmt.Sprintf("evil%d", r.IntN(3))}
+				case 3:
+					args["to"] = nil
+				case 4:
+					args["extra"] = true
 				}
 				o.req.Args = args
 			}

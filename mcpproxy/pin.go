@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/internal/canon"
 )
 
@@ -80,7 +81,10 @@ func readOnly(def json.RawMessage) bool {
 // a policy's tools. Every tool is at cost 0 until the author sets one, and a
 // tool not annotated readOnlyHint: true needs a person's approval until the
 // author decides otherwise (D243 (pins printed to need approval)): pasted as
-// is, the fragment admits nothing that writes for free.
+// is, the fragment admits nothing that writes for free. Its inputSchema is
+// its args_schema, as one line of JSON (a YAML flow); one the compiler
+// would refuse is printed as a comment with the reason, so that the fragment
+// still compiles (D324 (pins print the inputSchema)).
 func WritePins(w io.Writer, defs []Definition) error {
 	var b strings.Builder
 	b.WriteString("tools:\n")
@@ -95,7 +99,43 @@ func WritePins(w io.Writer, defs []Definition) error {
 			b.WriteString("    requires_approval: true # not annotated read-only\n")
 		}
 		fmt.Fprintf(&b, "    pin: %q\n", pin)
+		if line := argsSchemaLine(d.Raw); line != "" {
+			b.WriteString(line)
+		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// argsSchemaLine is the args_schema line of a tool's rule: its inputSchema,
+// canonical JSON, without a top-level $schema (an args_schema is 2020-12 by
+// definition, and the keywords it may use mean the same in the drafts MCP
+// servers declare); "" for a definition without one.
+func argsSchemaLine(def json.RawMessage) string {
+	var d struct {
+		InputSchema json.RawMessage `json:"inputSchema"`
+	}
+	if err := json.Unmarshal(def, &d); err != nil || len(d.InputSchema) == 0 {
+		return ""
+	}
+	var schema map[string]json.RawMessage
+	if err := json.Unmarshal(d.InputSchema, &schema); err != nil || schema == nil {
+		return ""
+	}
+	delete(schema, "$schema")
+	raw, err := json.Marshal(schema)
+	if err != nil {
+		return ""
+	}
+	c, err := canon.Transform(raw)
+	if err != nil {
+		return ""
+	}
+	if problems := compiler.ArgsSchemaProblems(c); len(problems) > 0 {
+		return fmt.Sprintf("    # args_schema: %s\n    #   not usable as is: %s\n", c, oneLine(problems[0]))
+	}
+	return fmt.Sprintf("    args_schema: %s\n", c)
+}
+
+// oneLine keeps a message on its comment line.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -277,3 +277,42 @@ func TestWritePinsRequiresApproval(t *testing.T) {
 		t.Fatalf("the printed fragment does not compile as a policy:\n%s\n%v", policy, err)
 	}
 }
+
+// lineagec mcp pins prints each tool's inputSchema as its args_schema (D324
+// (pins print the inputSchema)): without its draft's $schema, as one line of
+// JSON; a schema the compiler would refuse is printed as a comment with the
+// reason. The requires_approval lines stay, and the fragment compiles.
+func TestWritePinsArgsSchema(t *testing.T) {
+	dir := t.TempDir()
+	tools := filepath.Join(dir, "tools.json")
+	writeTools(t, tools, echoDef,
+		`{"name": "send", "inputSchema": {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "properties": {"to": {"type": "string"}}, "required": ["to"], "additionalProperties": false}}`,
+		`{"name": "mail", "inputSchema": {"type": "object", "properties": {"to": {"type": "string", "format": "email"}}}}`)
+	defs, err := mcpproxy.ListDefinitions(context.Background(), rawUpstream(t, tools, ""), &mcp.Implementation{Name: "pins", Version: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := mcpproxy.WritePins(&b, defs); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		`    args_schema: {"properties":{"text":{"type":"string"}},"type":"object"}` + "\n",
+		`    args_schema: {"additionalProperties":false,"properties":{"to":{"type":"string"}},"required":["to"],"type":"object"}` + "\n",
+		`    # args_schema: {"properties":{"to":{"format":"email","type":"string"}},"type":"object"}` + "\n" +
+			`    #   not usable as is: /properties/to/format: keyword "format" is not supported`,
+		"requires_approval: true # not annotated read-only",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the pins lack %s:\n%s", want, out)
+		}
+	}
+	c, err := compiler.Compile("pins.yaml", []byte("budget: 10\n"+out))
+	if err != nil {
+		t.Fatalf("the printed fragment does not compile as a policy:\n%s\n%v", out, err)
+	}
+	if c.Policy.Tools["send"].ArgsSchema == nil || c.Policy.Tools["mail"].ArgsSchema != nil {
+		t.Errorf("compiled schemas: send %s, mail %s", c.Policy.Tools["send"].ArgsSchema, c.Policy.Tools["mail"].ArgsSchema)
+	}
+}

@@ -1,5 +1,7 @@
 package policy
 
+import "encoding/json"
+
 // Builder writes a policy from Go, mirroring the product note:
 //
 //	policy.New(25_000).
@@ -87,6 +89,13 @@ func (r ToolRule) WithMaxCalls(n int64) ToolRule {
 // WithApproval makes every call wait for a person's approval.
 func (r ToolRule) WithApproval() ToolRule {
 	r.RequiresApproval = true
+	return r
+}
+
+// WithArgsSchema sets the JSON Schema (2020-12) object the args must match
+// (docs/policy.md#argument-schemas), given as JSON.
+func (r ToolRule) WithArgsSchema(schema string) ToolRule {
+	r.ArgsSchema = json.RawMessage(schema)
 	return r
 }
 

@@ -53,8 +53,11 @@ type ToolRule struct {
 	When             []Constraint `json:"when,omitempty"`
 	// Pin is "sha256:<64 hex>", the digest of the MCP tool definition this
 	// rule is for (docs/policy.md, docs/mcp.md); "" means not pinned.
-	Pin         string `json:"pin,omitempty"`
-	Description string `json:"description,omitempty"`
+	Pin string `json:"pin,omitempty"`
+	// ArgsSchema is a JSON Schema (2020-12) object the args must match
+	// (docs/policy.md#argument-schemas); nil for none.
+	ArgsSchema  json.RawMessage `json:"args_schema,omitempty"`
+	Description string          `json:"description,omitempty"`
 }
 
 // Constraint is a CEL expression that must hold for a call to be allowed (docs/policy.md#cel-constraints).
@@ -124,7 +127,8 @@ type Compiled struct {
 
 // InputReads names the parts of the query input that only some policies read.
 type InputReads struct {
-	// Args: request.args and request.at_ns (CEL constraints read them).
+	// Args: request.args and request.at_ns (CEL constraints and argument
+	// schemas read them).
 	Args bool
 	// State: state.budget, state.spent and state.calls (a CEL constraint
 	// reads state).

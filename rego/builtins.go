@@ -86,3 +86,14 @@ func Capabilities() *ast.Capabilities {
 	caps.Builtins = keep
 	return caps
 }
+
+// WithArgsSchemas adds to caps json.match_schema, for the generated policy
+// module's argument schemas (docs/policy.md#argument-schemas), with no
+// network: the compiler admits only local $ref, and no host is allowed a
+// fetch besides. Extensions may still not call it (it is not in the
+// allowlist: the compiler reports their uses).
+func WithArgsSchemas(caps *ast.Capabilities) *ast.Capabilities {
+	caps.Builtins = append(caps.Builtins, ast.JSONMatchSchema)
+	caps.AllowNet = []string{}
+	return caps
+}

@@ -109,3 +109,37 @@ func BenchmarkReplay(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)*longLogRecords/b.Elapsed().Seconds(), "records/s")
 }
+
+// schemaPolicy is cheapPolicy with an argument schema on its tool
+// (docs/policy.md#argument-schemas): every request evaluates OPA's
+// json.match_schema on its args.
+const schemaPolicy = `budget: 0
+tools:
+  read:
+    cost: 0
+    args_schema:
+      type: object
+      properties:
+        path: { type: string, maxLength: 256 }
+        n: { type: integer, minimum: 0, maximum: 100 }
+      required: [path]
+      additionalProperties: false
+`
+
+// BenchmarkRequestArgsSchema: BenchmarkRequestFresh with an argument schema
+// and args that match it.
+func BenchmarkRequestArgsSchema(b *testing.B) {
+	rt := runtime.Open(store.NewMemory(), opts("schema"))
+	agent := mustCreate(b, rt, mustCompileYAML(b, schemaPolicy), runtime.CreateOptions{})
+	mustState(b, rt, agent)
+	start := t0.Add(time.Hour)
+	args := map[string]any{"path": "/tmp/a.txt", "n": 7}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		v, err := rt.Request(bg, agent, lineage.Request{Tool: "read", Args: args, At: start.Add(time.Duration(i) * time.Millisecond)})
+		if err != nil || v.Decision != lineage.Allow {
+			b.Fatal(v, err)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/topdown"
+	"github.com/open-policy-agent/opa/v1/topdown/cache"
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/policy"
@@ -66,13 +67,37 @@ func (noCache) Keys() []ast.Ref               { return nil }
 // evaluates a compiled policy's queries: no metrics; an external Cancel that
 // is never fired (it stops OPA from starting a goroutine per evaluation to
 // watch the context); and, for a policy without extensions, no virtual
-// cache. Benchmarks use them for OPA's floor.
+// cache; and, for a policy with argument schemas, one inter-query value
+// cache, where json.match_schema keeps each schema compiled (else it
+// compiles it on every evaluation). Benchmarks use them for OPA's floor.
 func EvalOptions(c *policy.Compiled) []rego.EvalOption {
 	opts := []rego.EvalOption{rego.EvalMetrics(metrics.NoOp()), rego.EvalExternalCancel(topdown.NewCancel())}
 	if !c.Reads.All {
 		opts = append(opts, rego.EvalVirtualCache(noCache{}))
 	}
+	if n := argsSchemas(c.Policy); n > 0 {
+		// Bounded: the policy's schemas are constants of its module; what
+		// else OPA keeps there (an extension's compiled regular
+		// expressions) is evicted beyond the bound.
+		limit := 2*n + 64
+		opts = append(opts, rego.EvalInterQueryBuiltinValueCache(cache.NewInterQueryValueCache(context.Background(),
+			&cache.Config{InterQueryBuiltinValueCache: cache.InterQueryBuiltinValueCacheConfig{MaxNumEntries: &limit}})))
+	}
 	return opts
+}
+
+// argsSchemas counts a policy's argument schemas (docs/policy.md#argument-schemas).
+func argsSchemas(p policy.Policy) int {
+	n := 0
+	for _, r := range p.Tools {
+		if r.ArgsSchema != nil {
+			n++
+		}
+	}
+	if p.DefaultRule != nil && p.DefaultRule.ArgsSchema != nil {
+		n++
+	}
+	return n
 }
 
 // PrepareQuery prepares one of a compiled policy's queries (c.Query or
@@ -88,7 +113,7 @@ func PrepareQuery(ctx context.Context, c *policy.Compiled, query string) (rego.P
 	opts := []func(*rego.Rego){
 		rego.Query(query),
 		rego.SetRegoVersion(ast.RegoV1),
-		rego.Capabilities(lineagerego.Capabilities()),
+		rego.Capabilities(lineagerego.WithArgsSchemas(lineagerego.Capabilities())),
 		rego.StrictBuiltinErrors(true),
 		rego.GenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }),
 	}

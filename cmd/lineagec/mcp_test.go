@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/lineage-guard/lineage/client"
+	"github.com/lineage-guard/lineage/compiler"
 )
 
 // filesystemServer is the npm filesystem MCP server the mcpproxy tests
@@ -77,6 +78,16 @@ func TestMCPCommand(t *testing.T) {
 	pins := regexp.MustCompile(`(?m)^  "([a-z_]+)":\n    cost: 0\n(    requires_approval: true # not annotated read-only\n)?    pin: "(sha256:[0-9a-f]{64})"$`).FindAllStringSubmatch(out.String(), -1)
 	if !strings.HasPrefix(out.String(), "tools:\n") || len(pins) < 14 {
 		t.Fatalf("mcp pins printed:\n%s", out.String())
+	}
+	// Each tool's inputSchema is its args_schema (D324 (pins print the
+	// inputSchema)): the fragment compiles, and the real server's schemas
+	// are used, not left as comments.
+	pinned, err := compiler.Compile("pins.yaml", []byte("budget: 5\n"+out.String()))
+	if err != nil {
+		t.Fatalf("mcp pins printed a fragment that does not compile:\n%s\n%v", out.String(), err)
+	}
+	if pinned.Policy.Tools["read_text_file"].ArgsSchema == nil || pinned.Policy.Tools["write_file"].ArgsSchema == nil {
+		t.Errorf("mcp pins printed no args_schema for read_text_file or write_file:\n%s", out.String())
 	}
 	var readPin string
 	for _, m := range pins {

@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/santhosh-tekuri/jsonschema/v5"
+
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/policy"
 )
@@ -34,6 +36,7 @@ const (
 	reasonInsufficientFunds = "insufficient_budget"
 	reasonApprovalRejected  = "approval_rejected"
 	reasonTooManyPending    = "too_many_pending"
+	reasonInvalidArgs       = "invalid_args"
 )
 
 // toolName is the pattern of docs/policy.md for tool names.
@@ -47,6 +50,7 @@ type rule struct {
 	cost             int64
 	maxCalls         int64 // 0: no cap
 	requiresApproval bool
+	schema           *jsonschema.Schema // nil: any args
 	when             []*constraint
 }
 
@@ -188,6 +192,13 @@ func compileRule(env *celEnv, ptr string, tr policy.ToolRule) (*rule, error) {
 			return nil, fmt.Errorf("model: %s/max_calls: %d < 1", ptr, *tr.MaxCalls)
 		}
 		r.maxCalls = *tr.MaxCalls
+	}
+	if tr.ArgsSchema != nil {
+		sch, err := compileArgsSchema(ptr+"/args_schema", tr.ArgsSchema)
+		if err != nil {
+			return nil, err
+		}
+		r.schema = sch
 	}
 	for i, c := range tr.When {
 		cc, err := env.compile(fmt.Sprintf("%s/when/%d", ptr, i), c)
@@ -469,7 +480,11 @@ func (m *Model) check(tool string, args map[string]any, t time.Time) (r *rule, r
 	if r.maxCalls > 0 && m.calls[tool] >= r.maxCalls {
 		return r, reasonMaxCallsExceeded, lineage.Minor, false
 	}
-	// 6. Constraints, in order; the first that does not hold denies.
+	// 6. Constraints: the args schema first (docs/policy.md#argument-schemas),
+	// then the when list in order; the first that does not hold denies.
+	if r.schema != nil && r.schema.Validate(args) != nil {
+		return r, reasonInvalidArgs, lineage.Minor, false
+	}
 	if len(r.when) > 0 {
 		vars := m.celVars(tool, args, t)
 		for _, c := range r.when {

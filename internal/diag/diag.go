@@ -28,6 +28,7 @@ const (
 	CodeRegoPackage  = "rego_package"   // extension package not under lineage.ext
 	CodeRegoBuiltin  = "rego_forbidden" // nondeterministic or outside-world builtin
 	CodeIO           = "io"             // a file could not be read
+	CodeArgsSchema   = "args_schema"    // an args_schema that is not a valid, supported JSON Schema
 )
 
 // Position is a place in a source file; Line and Col are 1-based, 0 when unknown.

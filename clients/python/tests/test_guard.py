@@ -105,8 +105,10 @@ class RealServiceTest(unittest.TestCase):
                               "tools": {"t": {"cost": 0}}}, [("t", {}), ("t", {})], "minor"),
             ("max_calls_exceeded", {"budget": 10, "tools": {"t": {"cost": 0, "max_calls": 1}}},
              [("t", {}), ("t", {})], "minor"),
-            # invalid_args (args_schema) and too_many_pending (max_pending) are not
-            # in this tree's policy compiler yet: add their cases when they are.
+            ("invalid_args", {"budget": 10, "tools": {"send": {"cost": 0, "args_schema": {
+                "type": "object", "properties": {"to": {"type": "string"}}, "required": ["to"]}}}},
+             [("send", {"to": ["evil"]})], "minor"),
+            # too_many_pending (max_pending): add its case here.
             ("amount_over_limit", {"budget": 100, "tools": {"pay": {"cost": 1, "when": [
                 {"expr": "args.amount <= 5", "reason": "amount_over_limit", "scar": "moderate"}]}}},
              [("pay", {"amount": 6})], "moderate"),

@@ -109,6 +109,9 @@ func (pc *policyCoverage) listOutcomes() {
 		if r.RequiresApproval {
 			pc.add(label+"\x00pending", label+": pending", at("requires_approval"))
 		}
+		if len(r.ArgsSchema) > 0 {
+			pc.add(label+"\x00invalid_args", label+": args_schema fails (invalid_args)", at("args_schema"))
+		}
 		for i, c := range r.When {
 			pc.add(label+"\x00when:"+c.Reason, fmt.Sprintf("%s: when[%d] fails (%s)", label, i, c.Reason), at("when", fmt.Sprint(i), "expr"))
 		}
@@ -156,6 +159,11 @@ func (pc *policyCoverage) reach(tool string, v lineage.Verdict) {
 		mark("\x00" + v.Reason)
 	case v.Reason == "max_calls_exceeded", v.Reason == "insufficient_budget":
 		mark(label + "\x00" + v.Reason)
+	case v.Reason == "invalid_args":
+		// The args_schema's denial; a when constraint may have chosen the
+		// same reason, and stands for it too (D314).
+		mark(label + "\x00invalid_args")
+		mark(label + "\x00when:" + v.Reason)
 	default:
 		// A constraint's reason: every constraint of the rule with that reason
 		// (D314 (a reason stands for the constraints that give it)).

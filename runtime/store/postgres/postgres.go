@@ -152,11 +152,15 @@ func (s *Store) Create(agent string) error {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	tag, err := s.pool.Exec(ctx, `INSERT INTO lineage_agents (agent) VALUES ($1) ON CONFLICT DO NOTHING`, agent)
+	// The agent's index row comes with it, in the same statement.
+	var made int64
+	err := s.pool.QueryRow(ctx, `WITH a AS (INSERT INTO lineage_agents (agent) VALUES ($1) ON CONFLICT DO NOTHING RETURNING agent),
+		i AS (INSERT INTO lineage_agent_index (agent) SELECT agent FROM a ON CONFLICT DO NOTHING)
+		SELECT count(*) FROM a`, agent).Scan(&made)
 	if err != nil {
 		return mapErr(err, "creating", agent)
 	}
-	if tag.RowsAffected() == 0 {
+	if made == 0 {
 		return fmt.Errorf("%w: %s", store.ErrExists, agent)
 	}
 	return nil
@@ -282,13 +286,17 @@ func (s *Store) commit(group []*appendReq) {
 // send runs group as one pipelined batch and reports which appends landed.
 // It returns only after the transaction is committed or has failed.
 func (s *Store) send(ctx context.Context, group []*appendReq) ([]bool, error) {
-	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(group))}
-	for _, r := range group {
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2*len(group))}
+	nIndex := make([]int, len(group))
+	for i, r := range group {
 		if len(r.recs) == 1 {
 			b.Queue(insertOne, r.agent, int64(r.first), r.recs[0])
 		} else {
 			b.Queue(insertMany, r.agent, int64(r.first), r.recs)
 		}
+		// The indexes, in the same transaction (docs/decisions.md: the
+		// indexes written with the append).
+		nIndex[i] = queueIndex(b, r.agent, r.first, r.recs)
 	}
 	br := s.pool.SendBatch(ctx, b)
 	landed := make([]bool, len(group))
@@ -306,6 +314,11 @@ func (s *Store) send(ctx context.Context, group []*appendReq) ([]bool, error) {
 				if n != 0 && !landed[i] { // the statement lands all or nothing
 					err = fmt.Errorf("%w: %s: %d of %d records landed", errBug, r.agent, n, len(r.recs))
 				}
+			}
+		}
+		for range nIndex[i] {
+			if err == nil {
+				_, err = br.Exec()
 			}
 		}
 		if err != nil {

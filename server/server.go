@@ -406,25 +406,70 @@ type agentRow struct {
 }
 
 func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, _ Principal) error {
-	ids, err := s.rt.Agents()
+	q, err := listQuery(r, true)
 	if err != nil {
 		return err
 	}
-	rows := make([]agentRow, 0, len(ids))
-	for _, id := range ids {
-		info, err := s.rt.Info(r.Context(), id)
-		if err != nil {
-			if r.Context().Err() != nil {
-				return err
-			}
-			rows = append(rows, agentRow{Agent: id, Status: "damaged", Error: err.Error()})
-			continue
-		}
-		s.touched(id)
-		s.names.Store(id, info.Name)
-		rows = append(rows, agentRow{Agent: id, Name: info.Name, Status: string(info.Status), Digest: info.Digest, Seq: info.Seq})
+	list, next, err := s.rt.ListAgents(q)
+	if err != nil {
+		return listError(err)
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"agents": rows})
+	rows := make([]agentRow, 0, len(list))
+	for _, a := range list {
+		rows = append(rows, agentRow{Agent: a.Agent, Name: a.Name, Status: a.Status, Digest: a.Digest, Seq: a.Seq, Error: a.Error})
+	}
+	return writeJSON(w, http.StatusOK, listBody{"agents": rows, "next_cursor": nextCursor(next)})
+}
+
+// listBody is the answer of a paged list: the rows and next_cursor (null
+// after the last page).
+type listBody map[string]any
+
+func nextCursor(next string) any {
+	if next == "" {
+		return nil
+	}
+	return next
+}
+
+// listQuery reads a list's limit, cursor and (for agents) status.
+func listQuery(r *http.Request, status bool) (runtime.ListQuery, error) {
+	var q runtime.ListQuery
+	known := "limit, cursor"
+	if status {
+		known += ", status"
+	}
+	for k, v := range r.URL.Query() {
+		if len(v) != 1 {
+			return q, newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("query parameter %q given %d times", k, len(v)))
+		}
+		switch {
+		case k == "limit":
+			n, err := strconv.Atoi(v[0])
+			if err != nil || n < 1 || n > store.MaxListLimit {
+				return q, newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("limit %q: expected a whole number from 1 to %d", v[0], store.MaxListLimit))
+			}
+			q.Limit = n
+		case k == "cursor":
+			q.Cursor = v[0]
+		case k == "status" && status:
+			if v[0] != store.StatusAlive && v[0] != store.StatusTerminated && v[0] != store.StatusDamaged {
+				return q, newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("status %q: expected alive, terminated or damaged", v[0]))
+			}
+			q.Status = v[0]
+		default:
+			return q, newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("unknown query parameter %q (only %s)", k, known))
+		}
+	}
+	return q, nil
+}
+
+// listError makes a cursor that no page gave a 400.
+func listError(err error) error {
+	if errors.Is(err, store.ErrBadCursor) {
+		return newError(http.StatusBadRequest, CodeBadRequest, "cursor: not a next_cursor of this list")
+	}
+	return err
 }
 
 func (s *Server) whoami(w http.ResponseWriter, _ *http.Request, p Principal) error {
@@ -748,27 +793,20 @@ type pendingRow struct {
 }
 
 func (s *Server) pending(w http.ResponseWriter, r *http.Request, _ Principal) error {
-	ids, err := s.rt.Agents()
+	q, err := listQuery(r, false)
 	if err != nil {
 		return err
 	}
-	rows := []pendingRow{}
-	for _, id := range ids {
-		list, err := s.rt.Pending(r.Context(), id)
-		if err != nil {
-			if r.Context().Err() != nil {
-				return err
-			}
-			s.log.Warn("pending: skipping an agent that does not open", "agent", id, "error", err.Error())
-			continue
-		}
-		s.touched(id)
-		for _, p := range list {
-			rows = append(rows, pendingRow{Agent: id, Name: s.name(r.Context(), id), RequestID: p.RequestID,
-				Tool: p.Tool, Args: argsOrEmpty(p.Args), At: lineage.Time{Time: p.At}, Cost: p.Cost})
-		}
+	list, next, err := s.rt.ListPending(q)
+	if err != nil {
+		return listError(err)
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"pending": rows})
+	rows := make([]pendingRow, 0, len(list))
+	for _, p := range list {
+		rows = append(rows, pendingRow{Agent: p.Agent, Name: p.Name, RequestID: p.RequestID,
+			Tool: p.Tool, Args: argsOrEmpty(p.Args), At: lineage.Time{Time: p.At}, Cost: p.Cost})
+	}
+	return writeJSON(w, http.StatusOK, listBody{"pending": rows, "next_cursor": nextCursor(next)})
 }
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request, _ Principal) error {

@@ -60,7 +60,7 @@ func TestFileIndexChangedBehindTheStore(t *testing.T) {
 	f.Close()
 	s = openFile(t, dir, FileOptions{})
 	rows := storetest.AllPending(t, contract.Lists, s, 10)
-	if len(rows) != 4 || rows[1] != `agt_02 late 2 deploy 7 2026-12-02T03:00:02Z {}` {
+	if len(rows) != 4 || rows[1] != `agt_02 nagt_02 late 2 deploy 7 2026-12-02T03:00:02Z {}` {
 		t.Errorf("pending after a change behind the store: %q", rows)
 	}
 	if diff, _ := s.CheckIndex(); len(diff) != 0 {

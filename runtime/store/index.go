@@ -46,6 +46,7 @@ type AgentRow struct {
 // PendingRow is one pending request as the pending index knows it.
 type PendingRow struct {
 	Agent     string          `json:"agent"`
+	Name      string          `json:"name"` // the agent's, from the agent index
 	RequestID string          `json:"request_id"`
 	Seq       uint64          `json:"seq"` // of its action record
 	Tool      string          `json:"tool"`
@@ -456,7 +457,11 @@ func (x *index) listPending(q ListQuery) ([]PendingRow, string, error) {
 	}
 	out := make([]PendingRow, 0, len(keys))
 	for _, k := range keys {
-		out = append(out, *x.pending[k])
+		p := *x.pending[k]
+		if r := x.rows[p.Agent]; r != nil {
+			p.Name = r.Name
+		}
+		out = append(out, p)
 	}
 	x.mu.Unlock()
 	next := ""
@@ -474,4 +479,52 @@ func ParsePendingKey(key string) (agent string, seq uint64, ok bool) {
 	}
 	_, err := fmt.Sscan(s, &seq)
 	return agent, seq, err == nil
+}
+
+// Listing returns st's Lister; for a store that keeps no index (a wrapper in
+// a test), one that reads every log for every page.
+func Listing(st Store) Lister {
+	if l, ok := st.(Lister); ok {
+		return l
+	}
+	return scanLister{st}
+}
+
+type scanLister struct{ st Store }
+
+func (l scanLister) index() (*index, error) {
+	ids, err := l.st.Agents()
+	if err != nil {
+		return nil, err
+	}
+	x := newIndex()
+	for _, id := range ids {
+		x.create(id)
+		err := l.st.Scan(id, func(seq uint64, rec []byte) error {
+			x.apply(id, seq, 0, [][]byte{rec})
+			return nil
+		})
+		if err != nil {
+			x.mu.Lock()
+			x.damage(x.row(id), err.Error())
+			x.mu.Unlock()
+		}
+	}
+	return x, nil
+}
+
+func (l scanLister) ListAgents(q ListQuery) ([]AgentRow, string, error) {
+	x, err := l.index()
+	if err != nil {
+		return nil, "", err
+	}
+	return x.listAgents(q)
+}
+
+func (l scanLister) ListPending(q ListQuery) ([]PendingRow, string, error) {
+	x, err := l.index()
+	if err != nil {
+		return nil, "", err
+	}
+	return x.listPending(q)
 }

@@ -178,8 +178,9 @@ func (s *Store) ListPending(q store.ListQuery) ([]store.PendingRow, string, erro
 	defer s.leave()
 	ctx, cancel := s.ctx()
 	defer cancel()
-	rows, err := s.pool.Query(ctx, `SELECT agent, request_id, seq, tool, args, at, cost FROM lineage_pending
-		WHERE (agent, seq) > ($1::text, $2::bigint) ORDER BY agent, seq LIMIT $3`, agent, seq, q.Limit+1)
+	rows, err := s.pool.Query(ctx, `SELECT p.agent, coalesce(i.name, ''), p.request_id, p.seq, p.tool, p.args, p.at, p.cost
+		FROM lineage_pending p LEFT JOIN lineage_agent_index i ON i.agent = p.agent
+		WHERE (p.agent, p.seq) > ($1::text, $2::bigint) ORDER BY p.agent, p.seq LIMIT $3`, agent, seq, q.Limit+1)
 	if err != nil {
 		return nil, "", mapErr(err, "listing pending requests", "")
 	}
@@ -187,7 +188,7 @@ func (s *Store) ListPending(q store.ListQuery) ([]store.PendingRow, string, erro
 		var r store.PendingRow
 		var seq int64
 		var args []byte
-		err := row.Scan(&r.Agent, &r.RequestID, &seq, &r.Tool, &args, &r.At, &r.Cost)
+		err := row.Scan(&r.Agent, &r.Name, &r.RequestID, &seq, &r.Tool, &args, &r.At, &r.Cost)
 		r.Seq, r.Args = uint64(seq), args
 		return r, err
 	})

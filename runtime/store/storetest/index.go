@@ -17,7 +17,7 @@ type Lists struct {
 }
 
 // agentLines and pendingLines render rows as lines of text:
-// "agent name status digest seq" and "agent request_id seq tool cost at args".
+// "agent name status digest seq" and "agent name request_id seq tool cost at args".
 func agentLines(t testing.TB, rows any) []string {
 	t.Helper()
 	var rs []struct {
@@ -36,6 +36,7 @@ func pendingLines(t testing.TB, rows any) []string {
 	t.Helper()
 	var rs []struct {
 		Agent     string
+		Name      string
 		RequestID string `json:"request_id"`
 		Seq       uint64
 		Tool      string
@@ -46,7 +47,7 @@ func pendingLines(t testing.TB, rows any) []string {
 	fromJSON(t, rows, &rs)
 	var out []string
 	for _, r := range rs {
-		out = append(out, fmt.Sprintf("%s %s %d %s %d %s %s", r.Agent, r.RequestID, r.Seq, r.Tool, r.Cost, r.At, r.Args))
+		out = append(out, fmt.Sprintf("%s %s %s %d %s %d %s %s", r.Agent, r.Name, r.RequestID, r.Seq, r.Tool, r.Cost, r.At, r.Args))
 	}
 	return out
 }
@@ -233,9 +234,9 @@ func WantFleet(t testing.TB, l *Lists, s Store) {
 		t.Errorf("terminated agents: %q, want %q", got, dead)
 	}
 	wantP := []string{
-		`agt_01 r3 4 other 2 2026-12-02T03:00:04Z {"n":1}`,
-		`agt_04 x 2 deploy 7 2026-12-02T03:00:02Z {}`,
-		`agt_04 y 3 deploy 7 2026-12-02T03:00:03Z {}`,
+		`agt_01 nagt_01 r3 4 other 2 2026-12-02T03:00:04Z {"n":1}`,
+		`agt_04 nagt_04 x 2 deploy 7 2026-12-02T03:00:02Z {}`,
+		`agt_04 nagt_04 y 3 deploy 7 2026-12-02T03:00:03Z {}`,
 	}
 	for _, limit := range []int{1, 2, 3, 100} {
 		if got := AllPending(t, l, s, limit); !slices.Equal(got, wantP) {

@@ -329,9 +329,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 	return err
 }
 
-// touched notes an agent this server has opened (lineage_agents_loaded).
-func (s *Server) touched(agent string) { s.met.loaded.Store(agent, struct{}{}) }
-
 type createBody struct {
 	Policy json.RawMessage `json:"policy"`
 	Name   string          `json:"name"`
@@ -371,7 +368,6 @@ func (s *Server) createAgent(w http.ResponseWriter, r *http.Request, _ Principal
 	if err != nil {
 		return err
 	}
-	s.touched(id)
 	s.names.Store(id, b.Name)
 	return writeJSON(w, http.StatusCreated, map[string]string{"agent": id, "token": s.auth.agentToken(id), "digest": c.Digest})
 }
@@ -482,7 +478,6 @@ func (s *Server) state(w http.ResponseWriter, r *http.Request, _ Principal) erro
 	if err != nil {
 		return err
 	}
-	s.touched(agent)
 	return writeJSON(w, http.StatusOK, st)
 }
 
@@ -492,7 +487,6 @@ func (s *Server) policy(w http.ResponseWriter, r *http.Request, _ Principal) err
 	if err != nil {
 		return err
 	}
-	s.touched(agent)
 	return writeJSON(w, http.StatusOK, map[string]any{"digest": info.Digest, "policy": info.Policy})
 }
 
@@ -522,7 +516,6 @@ func (s *Server) request(w http.ResponseWriter, r *http.Request, _ Principal) er
 		return err
 	}
 	s.met.decided(v, time.Since(start))
-	s.touched(agent)
 	if v.Decision == lineage.Pending && v.Seq > 0 {
 		s.hub.publish(event{"pending", map[string]any{"agent": agent, "name": s.name(r.Context(), agent),
 			"request_id": v.RequestID, "tool": b.Tool, "args": argsOrEmpty(b.Args), "verdict": v}})
@@ -590,7 +583,6 @@ func (s *Server) getRequest(w http.ResponseWriter, r *http.Request, _ Principal)
 	if err != nil {
 		return err
 	}
-	s.touched(agent)
 	if v.Decision == lineage.Pending && wait > 0 {
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
@@ -670,7 +662,6 @@ func (s *Server) decideAs(ctx context.Context, p Principal, agent, id, note stri
 		return v, err
 	}
 	s.met.decided(v, time.Since(start))
-	s.touched(agent)
 	s.hub.publish(event{"decided", map[string]any{"agent": agent, "request_id": id, "by": p.Name, "verdict": v}})
 	s.hub.wake(agent, id)
 	s.announceTermination(agent, v.Terminated, "")
@@ -691,7 +682,6 @@ func (s *Server) terminate(w http.ResponseWriter, r *http.Request, p Principal) 
 	if err != nil {
 		return err
 	}
-	s.touched(agent)
 	s.announceTermination(agent, lineage.Killed, p.Name)
 	return writeJSON(w, http.StatusOK, st)
 }
@@ -729,7 +719,6 @@ func (s *Server) logLines(w http.ResponseWriter, r *http.Request, _ Principal) e
 	if err != nil {
 		return err // after the first line the status is sent: the stream just ends
 	}
-	s.touched(agent)
 	if !started {
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		w.WriteHeader(http.StatusOK)
@@ -810,7 +799,9 @@ func (s *Server) pending(w http.ResponseWriter, r *http.Request, _ Principal) er
 }
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request, _ Principal) error {
-	if _, err := s.rt.Agents(); err != nil {
+	// One row of the agent index: the store answers, at a cost that does
+	// not grow with the number of agents (a directory listing would).
+	if _, _, err := s.rt.ListAgents(runtime.ListQuery{Limit: 1}); err != nil {
 		return writeJSON(w, http.StatusServiceUnavailable, &Error{Code: CodeUnavailable, Message: "the store is not usable: " + err.Error()})
 	}
 	return writeJSON(w, http.StatusOK, struct{}{})

@@ -558,7 +558,7 @@ func mapErr(err error, doing, agent string) error {
 	case pg.Code == "42P01": // undefined_table
 		return fmt.Errorf("store: postgres: %s: no lineage schema in this database (run `lineagec store init --store URL`): %w", where, err)
 	case pg.Code == "42501": // insufficient_privilege
-		return fmt.Errorf("store: postgres: %s: the role lacks a privilege (writing needs SELECT and INSERT on lineage_agents and lineage_records): %w", where, err)
+		return fmt.Errorf("store: postgres: %s: the role lacks a privilege (writing needs SELECT and INSERT on lineage_agents and lineage_records, and SELECT, INSERT, UPDATE and DELETE on lineage_agent_index and lineage_pending): %w", where, err)
 	}
 	return fmt.Errorf("store: postgres: %s: %w", where, err)
 }

@@ -245,13 +245,14 @@ func TestWriterGrants(t *testing.T) {
 		"GRANT CONNECT ON DATABASE " + db + " TO " + role,
 		"GRANT USAGE ON SCHEMA public TO " + role,
 		"GRANT SELECT, INSERT ON lineage_agents, lineage_records TO " + role,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON lineage_agent_index, lineage_pending TO " + role,
 	} {
 		if err := exec(t, url, sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
 	t.Cleanup(func() {
-		exec(t, url, "REVOKE ALL ON lineage_agents, lineage_records FROM "+role)
+		exec(t, url, "REVOKE ALL ON lineage_agents, lineage_records, lineage_agent_index, lineage_pending FROM "+role)
 		exec(t, url, "REVOKE ALL ON SCHEMA public FROM "+role)
 	})
 	u.User = neturl.User(role)

@@ -17,7 +17,9 @@ import (
 const IndexName = ".index.json"
 
 type indexFile struct {
-	Version int               `json:"version"`
+	Version int `json:"version"`
+	// Clean: written by Close, with nothing appended since.
+	Clean   bool              `json:"clean"`
 	Agents  []indexFileRow    `json:"agents"`
 	Costs   map[string]*Costs `json:"costs"`
 	Pending []PendingRow      `json:"pending"`
@@ -53,8 +55,44 @@ var _ Lister = (*File)(nil)
 
 // loadIndex reads the index file, if any, and brings it in line with the
 // logs: a log whose size the file does not note is read again.
+//
+// A file written by a clean Close is trusted as it is, without a look at
+// each log (a stat per log is most of the cost of opening a large store); a
+// writer then renames it to IndexName+".open", so that after a crash the next
+// open finds only that one and checks every log's size against it
+// (docs/decisions.md: the index file trusted after a clean close).
 func (s *File) loadIndex() *index {
-	x := s.readIndexFile()
+	x, clean := s.readIndexFile(IndexName)
+	if clean && len(s.damaged) == 0 && s.roJournal == nil {
+		if !s.opts.ReadOnly {
+			// Not clean any more once this store appends.
+			if os.Rename(filepath.Join(s.dir, IndexName), filepath.Join(s.dir, IndexName+".open")) != nil {
+				return s.checkIndex(x)
+			}
+		}
+		return x
+	}
+	if s.opts.ReadOnly {
+		return s.checkIndex(x)
+	}
+	if !clean {
+		if y, _ := s.readIndexFile(IndexName + ".open"); len(y.rows) > 0 {
+			x = y
+		}
+	}
+	x = s.checkIndex(x)
+	// What a crash from here on leaves: checked against the logs at the
+	// next open, not rebuilt from nothing.
+	s.idx = x
+	if len(x.rows) > 0 && s.writeIndex(IndexName+".open", false) == nil {
+		os.Remove(filepath.Join(s.dir, IndexName))
+	}
+	return x
+}
+
+// checkIndex brings x in line with the logs: a log of a size x does not
+// note is read again, and x forgets logs that are gone.
+func (s *File) checkIndex(x *index) *index {
 	sizes, err := s.logSizes()
 	if err != nil {
 		// Listing the directory failed: every later list would too; start
@@ -137,19 +175,19 @@ func (s *File) logSizes() (map[string]int64, error) {
 	return out, nil
 }
 
-func (s *File) readIndexFile() *index {
+func (s *File) readIndexFile(name string) (*index, bool) {
 	x := newIndex()
-	b, err := os.ReadFile(filepath.Join(s.dir, IndexName))
+	b, err := os.ReadFile(filepath.Join(s.dir, name))
 	if err != nil {
-		return x
+		return x, false
 	}
 	var f indexFile
 	if json.Unmarshal(b, &f) != nil || f.Version != indexFileVersion {
-		return x // damaged or from elsewhere: rebuilt from the logs
+		return x, false // damaged or from elsewhere: rebuilt from the logs
 	}
 	for _, r := range f.Agents {
 		if checkAgent(r.Agent) != nil {
-			return newIndex()
+			return newIndex(), false
 		}
 		row := x.row(r.Agent)
 		row.AgentRow, row.count, row.size = r.AgentRow, r.Count, r.Size
@@ -163,7 +201,7 @@ func (s *File) readIndexFile() *index {
 		p := f.Pending[i]
 		r := x.rows[p.Agent]
 		if r == nil {
-			return newIndex()
+			return newIndex(), false
 		}
 		key := PendingKey(p.Agent, p.Seq)
 		x.pending[key] = &p
@@ -172,14 +210,23 @@ func (s *File) readIndexFile() *index {
 		}
 		r.reqs[p.RequestID] = key
 	}
-	return x
+	return x, f.Clean
 }
 
 // saveIndex writes the index file (at Close): whole or not at all.
 func (s *File) saveIndex() error {
+	if err := s.writeIndex(IndexName, true); err != nil {
+		return err
+	}
+	os.Remove(filepath.Join(s.dir, IndexName+".open"))
+	return nil
+}
+
+// writeIndex writes the indexes to name, by rename.
+func (s *File) writeIndex(name string, clean bool) error {
 	x := s.idx
 	x.mu.Lock()
-	f := indexFile{Version: indexFileVersion, Costs: x.costs, Agents: make([]indexFileRow, 0, len(x.rows))}
+	f := indexFile{Version: indexFileVersion, Clean: clean, Costs: x.costs, Agents: make([]indexFileRow, 0, len(x.rows))}
 	for _, id := range x.ids() {
 		r := x.rows[id]
 		f.Agents = append(f.Agents, indexFileRow{AgentRow: r.AgentRow, Count: r.count, Size: r.size})
@@ -192,11 +239,11 @@ func (s *File) saveIndex() error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(s.dir, IndexName+".tmp")
+	tmp := filepath.Join(s.dir, name+".tmp")
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		return fmt.Errorf("store: index: %w", err)
 	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, IndexName)); err != nil {
+	if err := os.Rename(tmp, filepath.Join(s.dir, name)); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("store: index: %w", err)
 	}

@@ -13,7 +13,7 @@ import (
 // TestFileIndexReopen: the indexes outlive the store, through the index file
 // or, when it is missing or damaged, rebuilt from the logs.
 func TestFileIndexReopen(t *testing.T) {
-	for _, damage := range []string{"kept", "missing", "damaged", "stale"} {
+	for _, damage := range []string{"kept", "missing", "crashed", "damaged", "stale"} {
 		t.Run(damage, func(t *testing.T) {
 			dir := t.TempDir()
 			s := openFile(t, dir, FileOptions{})
@@ -28,6 +28,9 @@ func TestFileIndexReopen(t *testing.T) {
 			switch damage {
 			case "missing":
 				os.Remove(idx)
+			case "crashed":
+				// What a writer leaves when it crashes: the file renamed at open.
+				os.Rename(idx, idx+".open")
 			case "damaged":
 				os.WriteFile(idx, []byte(`{"version":1,"agents":[{"agent":"../x"`), 0o644)
 			case "stale":
@@ -39,12 +42,17 @@ func TestFileIndexReopen(t *testing.T) {
 			if diff, err := s.CheckIndex(); err != nil || len(diff) != 0 {
 				t.Errorf("CheckIndex: %q, %v", diff, err)
 			}
+			if _, err := os.Stat(idx + ".open"); damage != "stale" && damage != "damaged" && err != nil {
+				t.Errorf("an open writer left no %s.open: %v", IndexName, err)
+			}
 		})
 	}
 }
 
-// TestFileIndexChangedBehindTheStore: a log appended to while the store was
-// closed is read again at open; CheckIndex finds what an open store missed.
+// TestFileIndexChangedBehindTheStore: after a crash (the index file not
+// marked clean) a log that grew is read again at open; after a clean close
+// the file is trusted, and CheckIndexOf (verify) finds what it missed;
+// CheckIndex finds what an open store missed.
 func TestFileIndexChangedBehindTheStore(t *testing.T) {
 	dir := t.TempDir()
 	s := openFile(t, dir, FileOptions{})
@@ -58,6 +66,15 @@ func TestFileIndexChangedBehindTheStore(t *testing.T) {
 	}
 	f.Write(append(storetest.Action(2, "late", "deploy", `{}`, "pending"), '\n'))
 	f.Close()
+	s = openFile(t, dir, FileOptions{ReadOnly: true})
+	if diff, _ := s.CheckIndexOf("agt_02"); len(diff) == 0 {
+		t.Error("CheckIndexOf found nothing of a log changed behind a cleanly closed store")
+	}
+	s.Close()
+	// A crash: the writer renamed the clean file to .open when it opened.
+	if err := os.Rename(filepath.Join(dir, IndexName), filepath.Join(dir, IndexName+".open")); err != nil {
+		t.Fatal(err)
+	}
 	s = openFile(t, dir, FileOptions{})
 	rows := storetest.AllPending(t, contract.Lists, s, 10)
 	if len(rows) != 4 || rows[1] != `agt_02 nagt_02 late 2 deploy 7 2026-12-02T03:00:02Z {}` {

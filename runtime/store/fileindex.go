@@ -1,12 +1,13 @@
 package store
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	gojson "github.com/goccy/go-json"
 )
 
 // IndexName is the file in a File store's directory that keeps the indexes
@@ -182,7 +183,9 @@ func (s *File) readIndexFile(name string) (*index, bool) {
 		return x, false
 	}
 	var f indexFile
-	if json.Unmarshal(b, &f) != nil || f.Version != indexFileVersion {
+	// goccy/go-json (a drop-in for encoding/json, already the fold's)
+	// reads the file of 100,000 agents several times faster.
+	if gojson.Unmarshal(b, &f) != nil || f.Version != indexFileVersion {
 		return x, false // damaged or from elsewhere: rebuilt from the logs
 	}
 	for _, r := range f.Agents {
@@ -234,7 +237,7 @@ func (s *File) writeIndex(name string, clean bool) error {
 	for _, p := range x.pending {
 		f.Pending = append(f.Pending, *p)
 	}
-	b, err := json.Marshal(f)
+	b, err := gojson.Marshal(f)
 	x.mu.Unlock()
 	if err != nil {
 		return err

@@ -60,3 +60,37 @@ func TestListsLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyWarnsOfIndex: verify AGENT compares the store's index with the
+// log and warns, exit 0, when they differ (D363 (verify checks the index,
+// and only warns)).
+func TestVerifyWarnsOfIndex(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	policy := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policy, []byte("budget: 9\ntools: { t: { cost: 1 } }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out := lineagec(t, "--data", data, "agent", "create", "--policy", policy, "--name", "bot")
+	if code != 0 {
+		t.Fatalf("agent create: exit %d", code)
+	}
+	id := strings.TrimSpace(out)
+	var stdout, stderr strings.Builder
+	if code := run([]string{"--data", data, "verify", id}, &stdout, &stderr); code != 0 || strings.Contains(stderr.String(), "index") {
+		t.Fatalf("verify: exit %d, %s", code, stderr.String())
+	}
+	idx := filepath.Join(data, ".index.json")
+	b, err := os.ReadFile(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(idx, []byte(strings.Replace(string(b), `"name":"bot"`, `"name":"bad"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := run([]string{"--data", data, "verify", id}, &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), "warning: the store's index differs from the log") {
+		t.Errorf("verify with a wrong index: exit %d, stderr %q", code, stderr.String())
+	}
+}

@@ -67,7 +67,9 @@ func (s *File) loadIndex() *index {
 	if clean && len(s.damaged) == 0 && s.roJournal == nil {
 		if !s.opts.ReadOnly {
 			// Not clean any more once this store appends.
-			if os.Rename(filepath.Join(s.dir, IndexName), filepath.Join(s.dir, IndexName+".open")) != nil {
+			// The rename must be durable before any append: a crash
+			// must never bring the clean file back over grown logs.
+			if os.Rename(filepath.Join(s.dir, IndexName), filepath.Join(s.dir, IndexName+".open")) != nil || syncDir(s.dirF) != nil {
 				return s.checkIndex(x)
 			}
 		}

@@ -258,13 +258,66 @@ type Agent struct {
 	Error  string `json:"error,omitempty"`
 }
 
-// Agents lists every agent.
-func (c *Client) Agents(ctx context.Context) ([]Agent, error) {
+// Page asks for one page of a list (docs/service.md): at most Limit rows
+// (the server's default if 0, at most 1000), after Cursor (the NextCursor
+// of the page before, "" for the first), and for agents of Status ("" any).
+type Page struct {
+	Limit  int
+	Cursor string
+	Status string
+}
+
+func (p Page) query() url.Values {
+	q := url.Values{}
+	if p.Limit > 0 {
+		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	if p.Cursor != "" {
+		q.Set("cursor", p.Cursor)
+	}
+	if p.Status != "" {
+		q.Set("status", p.Status)
+	}
+	return q
+}
+
+// AgentsPage returns one page of agents and the cursor of the next ("" after
+// the last).
+func (c *Client) AgentsPage(ctx context.Context, p Page) ([]Agent, string, error) {
 	var out struct {
 		Agents []Agent `json:"agents"`
+		Next   *string `json:"next_cursor"`
 	}
-	err := c.call(ctx, "GET", "/v1/agents", nil, nil, &out, http.StatusOK, true)
-	return out.Agents, err
+	err := c.call(ctx, "GET", "/v1/agents", p.query(), nil, &out, http.StatusOK, true)
+	if err != nil || out.Next == nil {
+		return out.Agents, "", err
+	}
+	return out.Agents, *out.Next, nil
+}
+
+// Agents lists every agent, reading every page.
+func (c *Client) Agents(ctx context.Context) ([]Agent, error) {
+	return allPages(ctx, c.AgentsPage, "")
+}
+
+// allPages reads every page of a list, the largest pages the server gives.
+func allPages[T any](ctx context.Context, page func(context.Context, Page) ([]T, string, error), status string) ([]T, error) {
+	var all []T
+	p := Page{Limit: 1000, Status: status}
+	for {
+		rows, next, err := page(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, rows...)
+		if next == "" {
+			if all == nil {
+				all = []T{}
+			}
+			return all, nil
+		}
+		p.Cursor = next
+	}
 }
 
 // Principal is who a token stands for.
@@ -450,13 +503,24 @@ type Pending struct {
 	Cost      int64          `json:"cost"`
 }
 
-// Pending lists every pending request.
-func (c *Client) Pending(ctx context.Context) ([]Pending, error) {
+// PendingPage returns one page of pending requests and the cursor of the
+// next ("" after the last).
+func (c *Client) PendingPage(ctx context.Context, p Page) ([]Pending, string, error) {
 	var out struct {
 		Pending []Pending `json:"pending"`
+		Next    *string   `json:"next_cursor"`
 	}
-	err := c.call(ctx, "GET", "/v1/pending", nil, nil, &out, http.StatusOK, true)
-	return out.Pending, err
+	p.Status = ""
+	err := c.call(ctx, "GET", "/v1/pending", p.query(), nil, &out, http.StatusOK, true)
+	if err != nil || out.Next == nil {
+		return out.Pending, "", err
+	}
+	return out.Pending, *out.Next, nil
+}
+
+// Pending lists every pending request, reading every page.
+func (c *Client) Pending(ctx context.Context) ([]Pending, error) {
+	return allPages(ctx, c.PendingPage, "")
 }
 
 // Health returns nil when the server's store is usable.

@@ -165,3 +165,16 @@ func (t *agentTable) len() int {
 	defer t.mu.Unlock()
 	return t.lru.Len()
 }
+
+// loaded returns the agents in the table that are loaded (without error).
+func (t *agentTable) loaded() []*agent {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*agent, 0, len(t.byID))
+	for _, s := range t.byID {
+		if s.ready.Load() && s.a != nil {
+			out = append(out, s.a)
+		}
+	}
+	return out
+}

@@ -169,3 +169,17 @@ func (r *Runtime) drop(a *agent) {
 
 // Loaded says how many agents the runtime holds in memory.
 func (r *Runtime) Loaded() int { return r.agents.len() }
+
+// LoadedPending counts the pending requests of the agents in memory, without
+// loading any (lineage_pending_requests).
+func (r *Runtime) LoadedPending() int {
+	n := 0
+	for _, a := range r.agents.loaded() {
+		a.mu.Lock()
+		if !a.gone {
+			n += len(a.f.pending)
+		}
+		a.mu.Unlock()
+	}
+	return n
+}

@@ -471,7 +471,6 @@ func (s *Server) latest(ctx context.Context, agent string) (*published, error) {
 		pub, changed := sl.snapshot()
 		switch {
 		case pub != nil && pub.err == nil && pub.note != nil && pub.c.Size >= target:
-			s.touched(agent)
 			return pub, nil
 		case pub != nil && pub.err != nil && pub.tried >= target:
 			return nil, pub.err

@@ -247,8 +247,7 @@ func TestCheckpointRangesFollowTheRuntime(t *testing.T) {
 			t.Errorf("agent %s: checkpoint of %d records, want 4", agent, c.Size)
 		}
 	}
-	// Reading /metrics opens every agent the server touched (the pending
-	// gauge), so which two are loaded varies; never more than two have a state.
+	// Which two are loaded varies; never more than two have a state.
 	deadline := time.Now().Add(10 * time.Second)
 	for n := e.metric("lineage_checkpoint_ranges"); n > 2; n = e.metric("lineage_checkpoint_ranges") {
 		if time.Now().After(deadline) {

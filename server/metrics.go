@@ -1,8 +1,6 @@
 package server
 
 import (
-	"context"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,9 +19,6 @@ type metrics struct {
 	duration  prometheus.Histogram
 	http      *prometheus.CounterVec
 	httpTime  *prometheus.HistogramVec
-	// loaded holds the agents this server has opened: the runtime keeps each
-	// in memory once opened.
-	loaded sync.Map
 }
 
 func newMetrics(s *Server) *metrics {
@@ -47,24 +42,10 @@ func newMetrics(s *Server) *metrics {
 	}, []string{"route"})
 	pending := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "lineage_pending_requests", Help: "Requests awaiting a decision, over the agents loaded.",
-	}, func() float64 {
-		n := 0
-		m.loaded.Range(func(k, _ any) bool {
-			c, err := s.rt.PendingCount(context.Background(), k.(string))
-			if err == nil {
-				n += c
-			}
-			return true
-		})
-		return float64(n)
-	})
+	}, func() float64 { return float64(s.rt.LoadedPending()) })
 	loaded := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "lineage_agents_loaded", Help: "Agents whose state is in memory.",
-	}, func() float64 {
-		n := 0
-		m.loaded.Range(func(_, _ any) bool { n++; return true })
-		return float64(n)
-	})
+		Name: "lineage_agents_loaded", Help: "Agents whose state is in memory: the runtime's table, bounded by --max-agents.",
+	}, func() float64 { return float64(s.rt.Loaded()) })
 	m.reg.MustRegister(m.decisions, m.throttled, m.duration, m.http, m.httpTime, pending, loaded,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if s.cfg.SyncStats != nil {

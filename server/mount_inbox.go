@@ -40,7 +40,6 @@ func (s *Server) mountInbox() {
 			if _, err := s.rt.Terminate(ctx, agent, runtime.Kill{By: by, Note: note}); err != nil {
 				return err
 			}
-			s.touched(agent)
 			s.announceTermination(agent, lineage.Killed, by)
 			return nil
 		},

@@ -403,9 +403,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 	return err
 }
 
-// touched notes an agent this server has opened (lineage_agents_loaded).
-func (s *Server) touched(agent string) { s.met.loaded.Store(agent, struct{}{}) }
-
 type createBody struct {
 	Policy json.RawMessage `json:"policy"`
 	Name   string          `json:"name"`
@@ -445,7 +442,6 @@ func (s *Server) createAgent(w http.ResponseWriter, r *http.Request, _ Principal
 	if err != nil {
 		return err
 	}
-	s.touched(id)
 	s.names.Store(id, b.Name)
 	return writeJSON(w, http.StatusCreated, map[string]string{"agent": id, "token": s.auth.Load().agentToken(id), "digest": c.Digest})
 }
@@ -480,25 +476,70 @@ type agentRow struct {
 }
 
 func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, _ Principal) error {
-	ids, err := s.rt.Agents()
+	q, err := listQuery(r, true)
 	if err != nil {
 		return err
 	}
-	rows := make([]agentRow, 0, len(ids))
-	for _, id := range ids {
-		info, err := s.rt.Info(r.Context(), id)
-		if err != nil {
-			if r.Context().Err() != nil {
-				return err
-			}
-			rows = append(rows, agentRow{Agent: id, Status: "damaged", Error: err.Error()})
-			continue
-		}
-		s.touched(id)
-		s.names.Store(id, info.Name)
-		rows = append(rows, agentRow{Agent: id, Name: info.Name, Status: string(info.Status), Digest: info.Digest, Seq: info.Seq})
+	list, next, err := s.rt.ListAgents(q)
+	if err != nil {
+		return listError(err)
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"agents": rows})
+	rows := make([]agentRow, 0, len(list))
+	for _, a := range list {
+		rows = append(rows, agentRow{Agent: a.Agent, Name: a.Name, Status: a.Status, Digest: a.Digest, Seq: a.Seq, Error: a.Error})
+	}
+	return writeJSON(w, http.StatusOK, listBody{"agents": rows, "next_cursor": nextCursor(next)})
+}
+
+// listBody is the answer of a paged list: the rows and next_cursor (null
+// after the last page).
+type listBody map[string]any
+
+func nextCursor(next string) any {
+	if next == "" {
+		return nil
+	}
+	return next
+}
+
+// listQuery reads a list's limit, cursor and (for agents) status.
+func listQuery(r *http.Request, status bool) (runtime.ListQuery, error) {
+	var q runtime.ListQuery
+	known := "limit, cursor"
+	if status {
+		known += ", status"
+	}
+	for k, v := range r.URL.Query() {
+		if len(v) != 1 {
+			return q, newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("query parameter %q given %d times", k, len(v)))
+		}
+		switch {
+		case k == "limit":
+			n, err := strconv.Atoi(v[0])
+			if err != nil || n < 1 || n > store.MaxListLimit {
+				return q, newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("limit %q: expected a whole number from 1 to %d", v[0], store.MaxListLimit))
+			}
+			q.Limit = n
+		case k == "cursor":
+			q.Cursor = v[0]
+		case k == "status" && status:
+			if v[0] != store.StatusAlive && v[0] != store.StatusTerminated && v[0] != store.StatusDamaged {
+				return q, newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("status %q: expected alive, terminated or damaged", v[0]))
+			}
+			q.Status = v[0]
+		default:
+			return q, newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("unknown query parameter %q (only %s)", k, known))
+		}
+	}
+	return q, nil
+}
+
+// listError makes a cursor that no page gave a 400.
+func listError(err error) error {
+	if errors.Is(err, store.ErrBadCursor) {
+		return newError(http.StatusBadRequest, CodeBadRequest, "cursor: not a next_cursor of this list")
+	}
+	return err
 }
 
 func (s *Server) whoami(w http.ResponseWriter, _ *http.Request, p Principal) error {
@@ -511,7 +552,6 @@ func (s *Server) state(w http.ResponseWriter, r *http.Request, _ Principal) erro
 	if err != nil {
 		return err
 	}
-	s.touched(agent)
 	return writeJSON(w, http.StatusOK, st)
 }
 
@@ -521,7 +561,6 @@ func (s *Server) policy(w http.ResponseWriter, r *http.Request, _ Principal) err
 	if err != nil {
 		return err
 	}
-	s.touched(agent)
 	return writeJSON(w, http.StatusOK, map[string]any{"digest": info.Digest, "policy": info.Policy})
 }
 
@@ -551,7 +590,6 @@ func (s *Server) request(w http.ResponseWriter, r *http.Request, _ Principal) er
 		return err
 	}
 	s.met.decided(v, time.Since(start))
-	s.touched(agent)
 	if v.Decision == lineage.Pending && v.Seq > 0 {
 		s.hub.publish(event{"pending", map[string]any{"agent": agent, "name": s.name(r.Context(), agent),
 			"request_id": v.RequestID, "tool": b.Tool, "args": argsOrEmpty(b.Args), "verdict": v}})
@@ -619,7 +657,6 @@ func (s *Server) getRequest(w http.ResponseWriter, r *http.Request, _ Principal)
 	if err != nil {
 		return err
 	}
-	s.touched(agent)
 	if v.Decision == lineage.Pending && wait > 0 {
 		timer := time.NewTimer(wait)
 		defer timer.Stop()
@@ -699,7 +736,6 @@ func (s *Server) decideAs(ctx context.Context, p Principal, agent, id, note stri
 		return v, err
 	}
 	s.met.decided(v, time.Since(start))
-	s.touched(agent)
 	s.hub.publish(event{"decided", map[string]any{"agent": agent, "request_id": id, "by": p.Name, "verdict": v}})
 	s.hub.wake(agent, id)
 	s.announceTermination(agent, v.Terminated, "")
@@ -720,7 +756,6 @@ func (s *Server) terminate(w http.ResponseWriter, r *http.Request, p Principal) 
 	if err != nil {
 		return err
 	}
-	s.touched(agent)
 	s.announceTermination(agent, lineage.Killed, p.Name)
 	return writeJSON(w, http.StatusOK, st)
 }
@@ -758,7 +793,6 @@ func (s *Server) logLines(w http.ResponseWriter, r *http.Request, _ Principal) e
 	if err != nil {
 		return err // after the first line the status is sent: the stream just ends
 	}
-	s.touched(agent)
 	if !started {
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		w.WriteHeader(http.StatusOK)
@@ -822,31 +856,26 @@ type pendingRow struct {
 }
 
 func (s *Server) pending(w http.ResponseWriter, r *http.Request, _ Principal) error {
-	ids, err := s.rt.Agents()
+	q, err := listQuery(r, false)
 	if err != nil {
 		return err
 	}
-	rows := []pendingRow{}
-	for _, id := range ids {
-		list, err := s.rt.Pending(r.Context(), id)
-		if err != nil {
-			if r.Context().Err() != nil {
-				return err
-			}
-			s.log.Warn("pending: skipping an agent that does not open", "agent", id, "error", err.Error())
-			continue
-		}
-		s.touched(id)
-		for _, p := range list {
-			rows = append(rows, pendingRow{Agent: id, Name: s.name(r.Context(), id), RequestID: p.RequestID,
-				Tool: p.Tool, Args: argsOrEmpty(p.Args), At: lineage.Time{Time: p.At}, Cost: p.Cost})
-		}
+	list, next, err := s.rt.ListPending(q)
+	if err != nil {
+		return listError(err)
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"pending": rows})
+	rows := make([]pendingRow, 0, len(list))
+	for _, p := range list {
+		rows = append(rows, pendingRow{Agent: p.Agent, Name: p.Name, RequestID: p.RequestID,
+			Tool: p.Tool, Args: argsOrEmpty(p.Args), At: lineage.Time{Time: p.At}, Cost: p.Cost})
+	}
+	return writeJSON(w, http.StatusOK, listBody{"pending": rows, "next_cursor": nextCursor(next)})
 }
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request, _ Principal) error {
-	if _, err := s.rt.Agents(); err != nil {
+	// One row of the agent index: the store answers, at a cost that does
+	// not grow with the number of agents (a directory listing would).
+	if _, _, err := s.rt.ListAgents(runtime.ListQuery{Limit: 1}); err != nil {
 		return writeJSON(w, http.StatusServiceUnavailable, &Error{Code: CodeUnavailable, Message: "the store is not usable: " + err.Error()})
 	}
 	if s.cfg.Clock != nil {

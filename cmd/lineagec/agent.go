@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -118,6 +119,7 @@ func runAgentCreate(ctx context.Context, p agentCreateParams, _ []string, stdout
 type agentListParams struct {
 	*globalParams
 	format string
+	limit  int
 }
 
 func newAgentListCmd(g *globalParams) *cobra.Command {
@@ -129,6 +131,8 @@ func newAgentListCmd(g *globalParams) *cobra.Command {
 --format table adds name, status, remaining budget, scar score and the number of
 records; --format json prints the same as a JSON array. The table and JSON
 formats verify each log; a damaged one is listed with status "damaged".
+--limit N lists the first N agents only (by id); without it every agent is
+listed, read from the store's index a page at a time.
 ` + exitCodesHelp + `
 list exits 0, or 1 if a log is damaged (table and json) or on errors.`,
 		Args: argsUsage(cobra.NoArgs),
@@ -137,6 +141,7 @@ list exits 0, or 1 if a log is damaged (table and json) or on errors.`,
 		},
 	}
 	addFormatFlag(cmd, &p.format, formatText, formatTable, formatJSON)
+	cmd.Flags().IntVar(&p.limit, "limit", 0, "list at most this many agents (0: all)")
 	return cmd
 }
 
@@ -166,8 +171,15 @@ func runAgentList(ctx context.Context, p agentListParams, _ []string, stdout, st
 		return err
 	}
 	defer s.close(stderr)
-	ids, err := s.rt.Agents()
-	if err != nil {
+	var ids []string
+	err = s.rt.AllAgents(ctx, "", func(a runtime.AgentRow) error {
+		if p.limit > 0 && len(ids) == p.limit {
+			return errEnough
+		}
+		ids = append(ids, a.Agent)
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
 		return err
 	}
 	if p.format == formatText {

@@ -2,16 +2,20 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 
 	"github.com/spf13/cobra"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/client"
+	"github.com/lineage-guard/lineage/runtime"
 )
 
 type pendingParams struct {
 	*globalParams
 	format string
+	limit  int
 }
 
 func newPendingCmd(g *globalParams) *cobra.Command {
@@ -23,7 +27,8 @@ func newPendingCmd(g *globalParams) *cobra.Command {
 agent, name, request id, tool, the cost it would charge, when it was made, and
 its args. --format json prints {"pending": [{agent, name, request_id, tool, args,
 at, cost}]}, as GET /v1/pending answers. Approve or reject one with
-` + "`lineagec approve|reject AGENT REQUEST_ID`" + `.
+` + "`lineagec approve|reject AGENT REQUEST_ID`" + `. --limit N lists the first N
+only; without it every pending request is listed, read a page at a time.
 ` + exitCodesHelp + `
 pending exits 0, or 1 on errors.`,
 		Args: argsUsage(cobra.NoArgs),
@@ -32,6 +37,7 @@ pending exits 0, or 1 on errors.`,
 		},
 	}
 	addFormatFlag(cmd, &p.format, formatTable, formatJSON)
+	cmd.Flags().IntVar(&p.limit, "limit", 0, "list at most this many requests (0: all)")
 	return cmd
 }
 
@@ -43,38 +49,47 @@ func runPending(ctx context.Context, p pendingParams, stdout, stderr io.Writer) 
 		if err != nil {
 			return err
 		}
-		return remotePending(ctx, c, p.format, stdout)
+		return remotePending(ctx, c, p.format, p.limit, stdout)
 	}
 	s, err := openSession(p.globalParams, readData)
 	if err != nil {
 		return err
 	}
 	defer s.close(stderr)
-	ids, err := s.rt.Agents()
-	if err != nil {
+	rows := []pendingLine{}
+	err = s.rt.AllPending(ctx, func(r runtime.PendingRow) error {
+		if p.limit > 0 && len(rows) == p.limit {
+			return errEnough
+		}
+		rows = append(rows, pendingLine{Agent: r.Agent, Name: r.Name, RequestID: r.RequestID, Tool: r.Tool,
+			Args: r.Args, At: lineage.Time{Time: r.At}, Cost: r.Cost})
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
 		return err
 	}
-	rows := []pendingLine{}
-	for _, id := range ids {
-		list, err := s.rt.Pending(ctx, id)
-		if err != nil {
-			return s.agentError(id, err)
-		}
-		if len(list) == 0 {
-			continue
-		}
-		info, err := s.rt.Info(ctx, id)
-		if err != nil {
-			return s.agentError(id, err)
-		}
-		for _, r := range list {
-			args := r.Args
-			if args == nil {
-				args = map[string]any{}
-			}
-			rows = append(rows, pendingLine{Agent: id, Name: info.Name, RequestID: r.RequestID, Tool: r.Tool,
-				Args: args, At: lineage.Time{Time: r.At}, Cost: r.Cost})
-		}
-	}
 	return writePending(stdout, p.format, rows)
+}
+
+// errEnough stops a walk over a list's pages once --limit rows are in.
+var errEnough = errors.New("enough rows")
+
+// firstRows reads a remote list's pages until limit rows (0: all).
+func firstRows[T any](ctx context.Context, page func(context.Context, client.Page) ([]T, string, error), limit int) ([]T, error) {
+	out := []T{}
+	p := client.Page{Limit: 1000}
+	for {
+		if limit > 0 {
+			p.Limit = min(1000, limit-len(out))
+		}
+		rows, next, err := page(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rows...)
+		if next == "" || limit > 0 && len(out) >= limit {
+			return out, nil
+		}
+		p.Cursor = next
+	}
 }

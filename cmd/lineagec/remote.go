@@ -122,7 +122,7 @@ func remoteAgentCreate(ctx context.Context, c *client.Client, p agentCreateParam
 }
 
 func remoteAgentList(ctx context.Context, c *client.Client, p agentListParams, stdout, stderr io.Writer) error {
-	agents, err := c.Agents(ctx)
+	agents, err := firstRows(ctx, c.AgentsPage, p.limit)
 	if err != nil {
 		return remoteError(err)
 	}
@@ -291,8 +291,8 @@ func writePending(w io.Writer, format string, rows []pendingLine) error {
 	return tw.Flush()
 }
 
-func remotePending(ctx context.Context, c *client.Client, format string, stdout io.Writer) error {
-	list, err := c.Pending(ctx)
+func remotePending(ctx context.Context, c *client.Client, format string, limit int, stdout io.Writer) error {
+	list, err := firstRows(ctx, c.PendingPage, limit)
 	if err != nil {
 		return remoteError(err)
 	}

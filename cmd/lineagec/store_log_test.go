@@ -278,7 +278,7 @@ func TestStoreGrants(t *testing.T) {
 		}
 	}
 	// ... and may not write.
-	const refused = "the role lacks a privilege (writing needs SELECT and INSERT on lineage_agents and lineage_records)"
+	const refused = "the role lacks a privilege (writing needs SELECT and INSERT on lineage_agents and lineage_records, and SELECT, INSERT, UPDATE and DELETE on lineage_agent_index and lineage_pending)"
 	if code, _, stderr := cli("request", "--store", as(auditor), cr.Agent, "t", "--id", "c"); code != exitFailure || !strings.Contains(stderr, refused) {
 		t.Errorf("request --store as the auditor: exit %d, %q; want 1 and %q", code, stderr, refused)
 	}

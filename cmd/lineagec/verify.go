@@ -98,6 +98,18 @@ func runVerify(p verifyParams, args []string, stdout, stderr io.Writer) error {
 		if err != nil && !isDamage(err) {
 			return s.agentError(target, err)
 		}
+		// The store's indexes serve lists only, never a verdict: a
+		// difference is a warning (docs/decisions.md: verify checks the
+		// index).
+		if c, ok := s.st.(store.IndexChecker); ok && err == nil {
+			diff, cerr := c.CheckIndexOf(target)
+			if cerr != nil {
+				return cerr
+			}
+			for _, d := range diff {
+				fmt.Fprintf(stderr, "warning: the store's index differs from the log: %s (it is read again from the logs when the store next opens with the log changed, or without %s)\n", d, store.IndexName)
+			}
+		}
 		if err == nil {
 			// A log shorter than a checkpoint a server signed of it is
 			// not ok (D252 (the signed size checked when an agent is met)).

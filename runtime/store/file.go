@@ -138,6 +138,8 @@ type File struct {
 	marksMu   sync.Mutex // guards marksDir
 	marksDir  *os.File   // MarksDir, once StoreMark made it
 
+	idx *index // the indexes (Lister), saved in IndexName at Close
+
 	closed  atomic.Bool
 	active  atomic.Int64  // calls in progress
 	drained chan struct{} // cap 1: active reached 0 after closed was set
@@ -284,6 +286,7 @@ func OpenFile(dir string, opts FileOptions) (*File, error) {
 		}
 	}
 	s.commit = newCommitter(s, mode, journal, kept, opts.CheckpointBytes)
+	s.idx = s.loadIndex()
 	return s, nil
 }
 
@@ -358,6 +361,7 @@ func (s *File) Create(agent string) error {
 		l.known, l.size, l.count, l.tail, l.nl, l.err = true, 0, 0, false, false, nil
 	}
 	l.created.Store(true)
+	s.idx.create(agent)
 	// Nothing is synced: an empty log is not listed after a crash (see
 	// Agents), and the first records make the log durable (appendFirst).
 	return nil
@@ -444,7 +448,7 @@ func (s *File) open(l *fileLog) error {
 var writeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
 // Append implements Store.
-func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) error {
+func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) (err error) {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -468,6 +472,11 @@ func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	defer func() { // under l.mu: the index sees each log's records in order
+		if err == nil && len(recs) > 0 {
+			s.idx.apply(agent, firstSeq, l.size, recs)
+		}
+	}()
 	if err := s.open(l); err != nil {
 		return err
 	}
@@ -780,6 +789,11 @@ func (s *File) Close() error {
 	var errs []error
 	if err := s.commit.close(); err != nil {
 		errs = append(errs, err)
+	}
+	if !s.opts.ReadOnly {
+		if err := s.saveIndex(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	s.logs.Range(func(_, v any) bool {
 		l := v.(*fileLog)

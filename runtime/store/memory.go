@@ -14,9 +14,34 @@ import (
 // has its own mutex. Append keeps the records it is given (Store lets it): the
 // runtime allocates each line for the log, so a copy would be pure cost.
 type Memory struct {
-	logs   sync.Map // agent id → *memLog
-	closed atomic.Bool
-	shared bool
+	logs    sync.Map // agent id → *memLog
+	closed  atomic.Bool
+	shared  bool
+	idxOnce sync.Once
+	idxv    *index // the indexes (Lister), made on first use
+}
+
+func (m *Memory) idx() *index {
+	m.idxOnce.Do(func() { m.idxv = newIndex() })
+	return m.idxv
+}
+
+var _ Lister = (*Memory)(nil)
+
+// ListAgents implements Lister.
+func (m *Memory) ListAgents(q ListQuery) ([]AgentRow, string, error) {
+	if m.closed.Load() {
+		return nil, "", ErrClosed
+	}
+	return m.idx().listAgents(q)
+}
+
+// ListPending implements Lister.
+func (m *Memory) ListPending(q ListQuery) ([]PendingRow, string, error) {
+	if m.closed.Load() {
+		return nil, "", ErrClosed
+	}
+	return m.idx().listPending(q)
 }
 
 type memLog struct {
@@ -48,6 +73,7 @@ func (m *Memory) Create(agent string) error {
 	if _, loaded := m.logs.LoadOrStore(agent, new(memLog)); loaded {
 		return fmt.Errorf("%w: %s", ErrExists, agent)
 	}
+	m.idx().create(agent)
 	return nil
 }
 
@@ -82,6 +108,7 @@ func (m *Memory) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 	for _, r := range recs {
 		l.recs = append(l.recs, r[:len(r):len(r)])
 	}
+	m.idx().apply(agent, firstSeq, 0, recs) // under l.mu: in the log's order
 	return nil
 }
 

@@ -21,6 +21,16 @@ var (
 var contract = storetest.Contract{
 	ErrExists: ErrExists, ErrNotFound: ErrNotFound, ErrSeq: ErrSeq, ErrClosed: ErrClosed,
 	ErrBadAgent: ErrBadAgent, ErrBadRecord: ErrBadRecord, MaxAgentID: MaxAgentID, MaxRecord: MaxRecord,
+	Lists: &storetest.Lists{Agents: listAgentRows, Pending: listPendingRows},
+}
+
+// listAgentRows and listPendingRows read a page of a Lister for storetest.
+func listAgentRows(s storetest.Store, cursor string, limit int, status string) (any, string, error) {
+	return s.(Lister).ListAgents(ListQuery{Cursor: cursor, Limit: limit, Status: status})
+}
+
+func listPendingRows(s storetest.Store, cursor string, limit int) (any, string, error) {
+	return s.(Lister).ListPending(ListQuery{Cursor: cursor, Limit: limit})
 }
 
 // testStore runs the Store contract against stores made by newStore.

@@ -39,67 +39,74 @@ func argsText(args map[string]any) string {
 	return string(bytes.TrimRight(buf.Bytes(), "\n"))
 }
 
-// pendingList reads the pending requests of every agent, oldest first.
-func (in *Inbox) pendingList(r *http.Request) ([]pendingRow, error) {
-	ids, err := in.b.Runtime.Agents()
+// inboxPage is how many rows a page of the inbox shows.
+const inboxPage = 100
+
+// pendingList reads one page of pending requests from the store's index (the
+// page of the request's ?cursor=), oldest first within the page, with the
+// budget of their agents: it opens only the agents on the page
+// (docs/service.md: the inbox pages the same way).
+func (in *Inbox) pendingList(r *http.Request) ([]pendingRow, string, error) {
+	list, next, err := in.b.Runtime.ListPending(runtime.ListQuery{Cursor: r.URL.Query().Get("cursor"), Limit: inboxPage})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	rows := []pendingRow{}
-	for _, id := range ids {
-		list, err := in.b.Runtime.Pending(r.Context(), id)
-		if err != nil {
-			if r.Context().Err() != nil {
-				return nil, err
+	states := map[string]*lineage.State{}
+	for _, p := range list {
+		st, ok := states[p.Agent]
+		if !ok {
+			s, err := in.b.Runtime.State(r.Context(), p.Agent)
+			if err != nil {
+				if r.Context().Err() != nil {
+					return nil, "", err
+				}
+				in.log.Warn("inbox: skipping an agent that does not open", "agent", p.Agent, "error", err.Error())
+			} else {
+				st = &s
 			}
-			in.log.Warn("inbox: skipping an agent that does not open", "agent", id, "error", err.Error())
+			states[p.Agent] = st
+		}
+		if st == nil {
 			continue
 		}
-		if len(list) == 0 {
-			continue
-		}
-		st, err := in.b.Runtime.State(r.Context(), id)
-		var info runtime.AgentInfo
-		if err == nil {
-			info, err = in.b.Runtime.Info(r.Context(), id)
-		}
-		if err != nil {
-			if r.Context().Err() != nil {
-				return nil, err
-			}
-			in.log.Warn("inbox: skipping an agent that does not open", "agent", id, "error", err.Error())
-			continue
-		}
-		for _, p := range list {
-			base := "/agents/" + pathEscape(id) + "/requests/" + pathEscape(p.RequestID)
-			rows = append(rows, pendingRow{Agent: id, Name: info.Name, RequestID: p.RequestID, Tool: p.Tool,
-				Args: argsText(p.Args), Cost: p.Cost, Remaining: st.Remaining, Budget: st.Budget, At: p.At,
-				Approve: base + "/approve", Reject: base + "/reject", AgentURL: "/agents/" + pathEscape(id)})
-		}
+		base := "/agents/" + pathEscape(p.Agent) + "/requests/" + pathEscape(p.RequestID)
+		rows = append(rows, pendingRow{Agent: p.Agent, Name: p.Name, RequestID: p.RequestID, Tool: p.Tool,
+			Args: argsText(p.Args), Cost: p.Cost, Remaining: st.Remaining, Budget: st.Budget, At: p.At,
+			Approve: base + "/approve", Reject: base + "/reject", AgentURL: "/agents/" + pathEscape(p.Agent)})
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].At.Before(rows[j].At) })
-	return rows, nil
+	return rows, next, nil
+}
+
+// nextPage is the link to the page after, "" after the last.
+func nextPage(path, cursor string) string {
+	if cursor == "" {
+		return ""
+	}
+	return path + "?cursor=" + url.QueryEscape(cursor)
 }
 
 type pendingData struct {
 	Rows []pendingRow
 	CSRF string
+	Next string // the next page's link, "" on the last
 }
 
 func (in *Inbox) pendingPage(w http.ResponseWriter, r *http.Request, s *session) {
-	rows, err := in.pendingList(r)
+	rows, next, err := in.pendingList(r)
 	if err != nil {
 		in.failErr(w, r, err)
 		return
 	}
 	in.render(w, http.StatusOK, "pending", page{Title: "Pending requests", Nav: "pending", Session: s, Live: "pending",
-		Data: pendingData{Rows: rows, CSRF: s.csrf}})
+		Data: pendingData{Rows: rows, CSRF: s.csrf, Next: nextPage("/", next)}})
 }
 
 // pendingRows is the body of the pending table alone: the script fetches it
 // when an event says the list changed (D127).
 func (in *Inbox) pendingRows(w http.ResponseWriter, r *http.Request, s *session) {
-	rows, err := in.pendingList(r)
+	rows, _, err := in.pendingList(r)
 	if err != nil {
 		in.failErr(w, r, err)
 		return
@@ -133,15 +140,24 @@ func scarLimit(doc json.RawMessage) int64 {
 	return p.ScarLimit
 }
 
+// agentsData is a page of the agents list.
+type agentsData struct {
+	Rows []agentRow
+	Next string // the next page's link, "" on the last
+}
+
+// agentsPage shows one page of agents (?cursor=), from the store's index,
+// opening only the agents on the page for their budget and scars.
 func (in *Inbox) agentsPage(w http.ResponseWriter, r *http.Request, s *session) {
-	ids, err := in.b.Runtime.Agents()
+	list, next, err := in.b.Runtime.ListAgents(runtime.ListQuery{Cursor: r.URL.Query().Get("cursor"), Limit: inboxPage})
 	if err != nil {
 		in.failErr(w, r, err)
 		return
 	}
-	rows := make([]agentRow, 0, len(ids))
-	for _, id := range ids {
-		row := agentRow{Agent: id, URL: "/agents/" + pathEscape(id)}
+	rows := make([]agentRow, 0, len(list))
+	for _, a := range list {
+		id := a.Agent
+		row := agentRow{Agent: id, Name: a.Name, URL: "/agents/" + pathEscape(id)}
 		info, err := in.b.Runtime.Info(r.Context(), id)
 		var st lineage.State
 		if err == nil {
@@ -161,7 +177,7 @@ func (in *Inbox) agentsPage(w http.ResponseWriter, r *http.Request, s *session) 
 		row.Pending = len(st.Pending)
 		rows = append(rows, row)
 	}
-	in.render(w, http.StatusOK, "agents", page{Title: "Agents", Nav: "agents", Session: s, Data: rows})
+	in.render(w, http.StatusOK, "agents", page{Title: "Agents", Nav: "agents", Session: s, Data: agentsData{Rows: rows, Next: nextPage("/agents", next)}})
 }
 
 // entry is one record of an agent's timeline.

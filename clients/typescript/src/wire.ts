@@ -51,8 +51,8 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * List every agent
-         * @description Who: admin, approver.
+         * List the agents, a page at a time
+         * @description Who: admin, approver. The rows come from the store's agent index in the order of the ids, without opening any agent (docs/service.md: lists scale with what they return).
          */
         get: operations["listAgents"];
         put?: never;
@@ -355,8 +355,8 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Every pending request
-         * @description Who: admin, approver.
+         * The pending requests, a page at a time
+         * @description Who: admin, approver. The rows come from the store's pending index, by agent id then the order the requests were made, without opening any agent.
          */
         get: operations["listPending"];
         put?: never;
@@ -415,7 +415,7 @@ export interface components {
         };
         Error: {
             /** @enum {string} */
-            code: "bad_request" | "invalid_policy" | "unauthorized" | "forbidden" | "unknown_agent" | "unknown_request" | "not_found" | "method_not_allowed" | "id_conflict" | "not_pending" | "sealed" | "too_large" | "too_many_requests" | "corrupt_log" | "unavailable" | "unknown_outcome" | "clock_unsynced" | "no_checkpoint_key" | "unknown_record" | "checkpoint_diverged";
+            code: "bad_request" | "checkpoint_diverged" | "clock_unsynced" | "corrupt_log" | "forbidden" | "id_conflict" | "invalid_policy" | "method_not_allowed" | "no_checkpoint_key" | "not_found" | "not_pending" | "sealed" | "too_large" | "too_many_requests" | "unauthorized" | "unavailable" | "unknown_agent" | "unknown_outcome" | "unknown_record" | "unknown_request";
             errors?: components["schemas"]["Diagnostic"][];
             message: string;
         };
@@ -557,7 +557,14 @@ export interface operations {
     };
     listAgents: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description the next_cursor of the page before; absent for the first page */
+                cursor?: string;
+                /** @description the most rows of the page */
+                limit?: number;
+                /** @description only the agents of this status */
+                status?: "alive" | "terminated" | "damaged";
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -572,7 +579,18 @@ export interface operations {
                 content: {
                     "application/json": {
                         agents: components["schemas"]["AgentRow"][];
+                        /** @description the cursor of the next page; null after the last */
+                        next_cursor: string | null;
                     };
+                };
+            };
+            /** @description bad_request: a limit outside 1 to 1000, an unknown status, a cursor no page gave, or an unknown query parameter */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             /** @description unauthorized: no token or an unknown one */
@@ -1758,7 +1776,12 @@ export interface operations {
     };
     listPending: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description the next_cursor of the page before; absent for the first page */
+                cursor?: string;
+                /** @description the most rows of the page */
+                limit?: number;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -1772,8 +1795,19 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
+                        /** @description the cursor of the next page; null after the last */
+                        next_cursor: string | null;
                         pending: components["schemas"]["PendingRow"][];
                     };
+                };
+            };
+            /** @description bad_request: a limit outside 1 to 1000, an unknown status, a cursor no page gave, or an unknown query parameter */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             /** @description unauthorized: no token or an unknown one */

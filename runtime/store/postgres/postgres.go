@@ -154,11 +154,15 @@ func (s *Store) Create(agent string) error {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	tag, err := s.pool.Exec(ctx, `INSERT INTO lineage_agents (agent) VALUES ($1) ON CONFLICT DO NOTHING`, agent)
+	// The agent's index row comes with it, in the same statement.
+	var made int64
+	err := s.pool.QueryRow(ctx, `WITH a AS (INSERT INTO lineage_agents (agent) VALUES ($1) ON CONFLICT DO NOTHING RETURNING agent),
+		i AS (INSERT INTO lineage_agent_index (agent) SELECT agent FROM a ON CONFLICT DO NOTHING)
+		SELECT count(*) FROM a`, agent).Scan(&made)
 	if err != nil {
 		return mapErr(err, "creating", agent)
 	}
-	if tag.RowsAffected() == 0 {
+	if made == 0 {
 		return fmt.Errorf("%w: %s", store.ErrExists, agent)
 	}
 	return nil
@@ -300,14 +304,18 @@ func appendErr(err error, doing, agent string) error {
 // send runs group as one pipelined batch and reports which appends landed.
 // It returns only after the transaction is committed or has failed.
 func (s *Store) send(ctx context.Context, group []*appendReq) ([]bool, error) {
-	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(group))}
-	for _, r := range group {
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 3*len(group))}
+	nIndex := make([]int, len(group))
+	for i, r := range group {
 		if len(r.recs) == 1 { // the insert tells its news itself (news.go)
 			b.Queue(insertOneNews, r.agent, int64(r.first), r.recs[0], s.newsOf(r))
 		} else {
 			b.Queue(insertMany, r.agent, int64(r.first), r.recs)
 			s.queueNews(b, r)
 		}
+		// The indexes, in the same transaction (docs/decisions.md: the
+		// indexes written with the append).
+		nIndex[i] = queueIndex(b, r.agent, r.first, r.recs)
 	}
 	br := s.pool.SendBatch(ctx, b)
 	landed := make([]bool, len(group))
@@ -329,6 +337,11 @@ func (s *Store) send(ctx context.Context, group []*appendReq) ([]bool, error) {
 		}
 		if err == nil && len(r.recs) > 1 {
 			_, err = br.Exec() // the news of this append (news.go)
+		}
+		for range nIndex[i] {
+			if err == nil {
+				_, err = br.Exec()
+			}
 		}
 		if err != nil {
 			break
@@ -567,7 +580,7 @@ func mapErr(err error, doing, agent string) error {
 	case pg.Code == "42P01": // undefined_table
 		return fmt.Errorf("store: postgres: %s: no lineage schema in this database (run `lineagec store init --store URL`): %w", where, err)
 	case pg.Code == "42501": // insufficient_privilege
-		return fmt.Errorf("store: postgres: %s: the role lacks a privilege (writing needs SELECT and INSERT on lineage_agents and lineage_records): %w", where, err)
+		return fmt.Errorf("store: postgres: %s: the role lacks a privilege (writing needs SELECT and INSERT on lineage_agents and lineage_records, and SELECT, INSERT, UPDATE and DELETE on lineage_agent_index and lineage_pending): %w", where, err)
 	}
 	return fmt.Errorf("store: postgres: %s: %w", where, err)
 }

@@ -26,6 +26,14 @@ var contract = storetest.Contract{
 	ErrExists: store.ErrExists, ErrNotFound: store.ErrNotFound, ErrSeq: store.ErrSeq,
 	ErrClosed: store.ErrClosed, ErrBadAgent: store.ErrBadAgent, ErrBadRecord: store.ErrBadRecord,
 	MaxAgentID: store.MaxAgentID, MaxRecord: store.MaxRecord,
+	Lists: &storetest.Lists{
+		Agents: func(s storetest.Store, cursor string, limit int, status string) (any, string, error) {
+			return s.(store.Lister).ListAgents(store.ListQuery{Cursor: cursor, Limit: limit, Status: status})
+		},
+		Pending: func(s storetest.Store, cursor string, limit int) (any, string, error) {
+			return s.(store.Lister).ListPending(store.ListQuery{Cursor: cursor, Limit: limit})
+		},
+	},
 }
 
 // open opens a store on url, closed when t ends unless the test closed it.
@@ -237,13 +245,14 @@ func TestWriterGrants(t *testing.T) {
 		"GRANT CONNECT ON DATABASE " + db + " TO " + role,
 		"GRANT USAGE ON SCHEMA public TO " + role,
 		"GRANT SELECT, INSERT ON lineage_agents, lineage_records TO " + role,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON lineage_agent_index, lineage_pending TO " + role,
 	} {
 		if err := exec(t, url, sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
 	t.Cleanup(func() {
-		exec(t, url, "REVOKE ALL ON lineage_agents, lineage_records FROM "+role)
+		exec(t, url, "REVOKE ALL ON lineage_agents, lineage_records, lineage_agent_index, lineage_pending FROM "+role)
 		exec(t, url, "REVOKE ALL ON SCHEMA public FROM "+role)
 	})
 	u.User = neturl.User(role)
@@ -405,4 +414,18 @@ func TestDefaultPool(t *testing.T) {
 	if got := open(t, url+sep+"pool_max_conns=3").pool.Config().MaxConns; got != 3 {
 		t.Errorf("pool_max_conns=3: a pool of %d connections", got)
 	}
+}
+
+// TestIndexBackfill: a database made before the indexes existed gets them,
+// rebuilt from the logs, when a store opens it.
+func TestIndexBackfill(t *testing.T) {
+	url := pgtest.URL(t)
+	s := open(t, url)
+	storetest.Fleet(t, s)
+	s.Close()
+	if err := exec(t, url, `DROP TABLE lineage_agent_index; DROP TABLE lineage_pending`); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, url)
+	storetest.WantFleet(t, contract.Lists, s)
 }

@@ -102,12 +102,12 @@ func createSchema(ctx context.Context, db execer) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(schemaLock)); err != nil {
 			return err
 		}
-		for _, stmt := range schema {
+		for _, stmt := range append(schema[:len(schema):len(schema)], indexSchema...) {
 			if _, err := tx.Exec(ctx, stmt); err != nil {
 				return err
 			}
 		}
-		return nil
+		return backfillIndex(ctx, tx)
 	})
 	if err != nil {
 		return mapErr(err, "creating the schema", "")
@@ -123,7 +123,9 @@ func hasSchema(ctx context.Context, db interface {
 	var ok bool
 	err := db.QueryRow(ctx, `SELECT to_regclass('lineage_agents') IS NOT NULL
 		AND to_regclass('lineage_records') IS NOT NULL
-		AND to_regclass('lineage_checkpoints') IS NOT NULL`).Scan(&ok)
+		AND to_regclass('lineage_checkpoints') IS NOT NULL
+		AND to_regclass('lineage_agent_index') IS NOT NULL
+		AND to_regclass('lineage_pending') IS NOT NULL`).Scan(&ok)
 	if err != nil {
 		return false, mapErr(err, "looking for the schema", "")
 	}

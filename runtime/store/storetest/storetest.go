@@ -33,6 +33,8 @@ type Store interface {
 type Contract struct {
 	ErrExists, ErrNotFound, ErrSeq, ErrClosed, ErrBadAgent, ErrBadRecord error
 	MaxAgentID, MaxRecord                                                int
+	// Lists reads the store's indexes; nil skips their part of the contract.
+	Lists *Lists
 }
 
 // Rec is the test record seq of agent: distinct, one line, of varying length.
@@ -98,6 +100,10 @@ func Run(t *testing.T, c Contract, newStore func(t *testing.T) Store) {
 		s := newStore(t)
 		t.Cleanup(func() { s.Close() })
 		return s
+	}
+
+	if c.Lists != nil {
+		runIndex(t, c, open)
 	}
 
 	t.Run("RoundTrip", func(t *testing.T) {

@@ -34,7 +34,7 @@
     if (!rows) return;
     if (refreshing) { again = true; return; }
     refreshing = true;
-    fetch('/inbox/pending', { credentials: 'same-origin', headers: { 'Accept': 'text/html' } })
+    fetch('/inbox/pending' + window.location.search, { credentials: 'same-origin', headers: { 'Accept': 'text/html' } })
       .then(function (r) {
         if (r.status === 401) { window.location.assign('/signin'); return null; }
         if (!r.ok) throw new Error('HTTP ' + r.status);

@@ -1,0 +1,110 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/lineage-guard/lineage/runtime/store"
+)
+
+// The lists of the service, the inbox and the CLI: one page at a time from
+// the store's indexes (docs/service.md: lists scale with what they return,
+// not with the store). Listing loads no agent: the rows are the index's,
+// never the fold's, and nothing decides from them.
+
+// AgentRow is one agent of a page of ListAgents.
+type AgentRow = store.AgentRow
+
+// PendingRow is one pending request of a page of ListPending: its args
+// decoded, its time parsed.
+type PendingRow struct {
+	Agent     string
+	Name      string
+	RequestID string
+	Tool      string
+	Args      map[string]any
+	At        time.Time
+	Cost      int64
+	Seq       uint64
+}
+
+// ListQuery asks for a page: a cursor from the page before ("" first), at
+// most Limit rows (store.DefaultListLimit if 0, at most
+// store.MaxListLimit), and for agents a status ("" any).
+type ListQuery = store.ListQuery
+
+// ListAgents returns one page of agents, in the order of their ids, and the
+// cursor of the next page ("" after the last).
+func (r *Runtime) ListAgents(q ListQuery) ([]AgentRow, string, error) {
+	return store.Listing(r.store).ListAgents(q)
+}
+
+// ListPending returns one page of the pending requests of every agent, by
+// agent id then seq, and the cursor of the next page.
+func (r *Runtime) ListPending(q ListQuery) ([]PendingRow, string, error) {
+	rows, next, err := store.Listing(r.store).ListPending(q)
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]PendingRow, 0, len(rows))
+	for _, p := range rows {
+		row := PendingRow{Agent: p.Agent, Name: p.Name, RequestID: p.RequestID, Tool: p.Tool, Cost: p.Cost, Seq: p.Seq}
+		if len(p.Args) > 0 {
+			_ = json.Unmarshal(p.Args, &row.Args) // the action record's args: an object
+		}
+		if row.Args == nil {
+			row.Args = map[string]any{}
+		}
+		row.At, _ = time.Parse(time.RFC3339Nano, p.At)
+		out = append(out, row)
+	}
+	return out, next, nil
+}
+
+// AllPending calls fn with every pending request of every agent, a page of
+// store.MaxListLimit at a time (for the CLI and the inbox's whole list).
+func (r *Runtime) AllPending(ctx context.Context, fn func(PendingRow) error) error {
+	cursor := ""
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rows, next, err := r.ListPending(ListQuery{Cursor: cursor, Limit: store.MaxListLimit})
+		if err != nil {
+			return err
+		}
+		for _, p := range rows {
+			if err := fn(p); err != nil {
+				return err
+			}
+		}
+		if next == "" {
+			return nil
+		}
+		cursor = next
+	}
+}
+
+// AllAgents calls fn with every agent of status ("" any), a page at a time.
+func (r *Runtime) AllAgents(ctx context.Context, status string, fn func(AgentRow) error) error {
+	cursor := ""
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rows, next, err := r.ListAgents(ListQuery{Cursor: cursor, Limit: store.MaxListLimit, Status: status})
+		if err != nil {
+			return err
+		}
+		for _, a := range rows {
+			if err := fn(a); err != nil {
+				return err
+			}
+		}
+		if next == "" {
+			return nil
+		}
+		cursor = next
+	}
+}

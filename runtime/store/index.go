@@ -1,0 +1,530 @@
+package store
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// The indexes a store keeps of its logs: one row per agent, and one row per
+// pending request. They serve the lists of the service (docs/service.md:
+// lists scale with what they return, not with the store); nothing decides
+// from them: verdicts come from the fold of the log. Every backend derives
+// them with IndexChangeOf, the one place that reads a record for them.
+
+// Agent statuses of an AgentRow.
+const (
+	StatusAlive      = "alive"
+	StatusTerminated = "terminated"
+	// StatusDamaged: a record of the log could not be read for the index.
+	StatusDamaged = "damaged"
+)
+
+// DefaultListLimit and MaxListLimit bound a page of a list.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// AgentRow is one agent as the agent index knows it.
+type AgentRow struct {
+	Agent  string `json:"agent"`
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	Digest string `json:"digest"`
+	// Seq is the seq of the log's last record (0 for a log without records).
+	Seq   uint64 `json:"seq"`
+	Error string `json:"error,omitempty"`
+}
+
+// PendingRow is one pending request as the pending index knows it.
+type PendingRow struct {
+	Agent     string          `json:"agent"`
+	Name      string          `json:"name"` // the agent's, from the agent index
+	RequestID string          `json:"request_id"`
+	Seq       uint64          `json:"seq"` // of its action record
+	Tool      string          `json:"tool"`
+	Args      json.RawMessage `json:"args"`
+	At        string          `json:"at"` // the action record's time, as written
+	Cost      int64           `json:"cost"`
+}
+
+// ListQuery asks for one page of a list.
+type ListQuery struct {
+	// Cursor is "" for the first page, else a NextCursor of the page before.
+	Cursor string
+	// Limit is the most rows of the page (DefaultListLimit if 0).
+	Limit int
+	// Status, for agents, keeps only the agents of that status ("" all).
+	Status string
+}
+
+// Lister is implemented by the stores that keep the indexes: every store of
+// this module. A page costs what it returns (and, for pending requests, the
+// number of pending requests), never the number of agents.
+type Lister interface {
+	// ListAgents returns a page of the agent index in the order of the ids,
+	// and the cursor of the next page ("" after the last).
+	ListAgents(q ListQuery) ([]AgentRow, string, error)
+	// ListPending returns a page of the pending index, by agent id then seq.
+	ListPending(q ListQuery) ([]PendingRow, string, error)
+}
+
+// ErrBadCursor is returned for a cursor that no page gave.
+var ErrBadCursor = errors.New("store: not a cursor of this list")
+
+// EncodeCursor and DecodeCursor make a list's position opaque.
+func EncodeCursor(key string) string {
+	if key == "" {
+		return ""
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(key))
+}
+
+// DecodeCursor reads a cursor of EncodeCursor.
+func DecodeCursor(c string) (string, error) {
+	if c == "" {
+		return "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil || len(b) == 0 {
+		return "", fmt.Errorf("%w: %q", ErrBadCursor, c)
+	}
+	return string(b), nil
+}
+
+// CheckListQuery returns the query with its limit filled in, or an error.
+func CheckListQuery(q ListQuery) (ListQuery, error) {
+	if q.Limit == 0 {
+		q.Limit = DefaultListLimit
+	}
+	if q.Limit < 0 || q.Limit > MaxListLimit {
+		return q, fmt.Errorf("store: limit %d: must be 1 to %d", q.Limit, MaxListLimit)
+	}
+	switch q.Status {
+	case "", StatusAlive, StatusTerminated, StatusDamaged:
+	default:
+		return q, fmt.Errorf("store: status %q: must be alive, terminated or damaged", q.Status)
+	}
+	return q, nil
+}
+
+// PendingKey is the position of a pending request in its list.
+func PendingKey(agent string, seq uint64) string {
+	return fmt.Sprintf("%s\x00%020d", agent, seq)
+}
+
+// Costs is what a policy charges: by tool, and the default rule's cost.
+type Costs struct {
+	Tools   map[string]int64 `json:"tools,omitempty"`
+	Default int64            `json:"default,omitempty"`
+}
+
+// Cost is what tool costs under c.
+func (c Costs) Cost(tool string) int64 {
+	if v, ok := c.Tools[tool]; ok {
+		return v
+	}
+	return c.Default
+}
+
+// IndexChange is what one record does to the indexes.
+type IndexChange struct {
+	// Name is set by the genesis record (seq 0).
+	Name *string
+	// Digest and Costs are set by the policy record (seq 1).
+	Digest string
+	Costs  *Costs
+	// Terminated is set by a termination record.
+	Terminated bool
+	// AddPending is set by an action record whose verdict is pending; its
+	// Cost is for the caller to fill from the policy.
+	AddPending *PendingRow
+	// RemovePending is set by an approval record: the request it decides.
+	RemovePending string
+}
+
+// IndexChangeOf maps one record of agent's log to the changes it makes to
+// the indexes: an action with a pending verdict adds a pending request, an
+// approval (or rejection) removes it, a termination marks the agent
+// terminated (its pending requests stay pending in the log, and the lists
+// drop them: nobody can decide them any more). It reads only the members
+// it needs; the record's chain is the runtime's to check.
+func IndexChangeOf(agent string, seq uint64, rec []byte) (IndexChange, error) {
+	var r struct {
+		Kind string          `json:"kind"`
+		At   string          `json:"at"`
+		Body json.RawMessage `json:"body"`
+	}
+	if err := json.Unmarshal(rec, &r); err != nil {
+		return IndexChange{}, fmt.Errorf("store: index %s seq %d: %w", agent, seq, err)
+	}
+	var ch IndexChange
+	var err error
+	switch r.Kind {
+	case "genesis":
+		var b struct {
+			Name string `json:"name"`
+		}
+		err = json.Unmarshal(r.Body, &b)
+		ch.Name = &b.Name
+	case "policy":
+		var b struct {
+			Digest string `json:"digest"`
+			Policy struct {
+				Tools map[string]struct {
+					Cost int64 `json:"cost"`
+				} `json:"tools"`
+				Default *struct {
+					Cost int64 `json:"cost"`
+				} `json:"default_rule"`
+			} `json:"policy"`
+		}
+		err = json.Unmarshal(r.Body, &b)
+		c := &Costs{}
+		for tool, rule := range b.Policy.Tools {
+			if rule.Cost != 0 {
+				if c.Tools == nil {
+					c.Tools = map[string]int64{}
+				}
+				c.Tools[tool] = rule.Cost
+			}
+		}
+		if b.Policy.Default != nil {
+			c.Default = b.Policy.Default.Cost
+		}
+		ch.Digest, ch.Costs = b.Digest, c
+	case "action":
+		var b struct {
+			Request struct {
+				ID   string          `json:"id"`
+				Tool string          `json:"tool"`
+				Args json.RawMessage `json:"args"`
+			} `json:"request"`
+			Verdict struct {
+				Decision string `json:"decision"`
+			} `json:"verdict"`
+		}
+		err = json.Unmarshal(r.Body, &b)
+		if err == nil && b.Verdict.Decision == "pending" {
+			args := b.Request.Args
+			if len(bytes.TrimSpace(args)) == 0 || string(args) == "null" {
+				args = json.RawMessage("{}")
+			}
+			ch.AddPending = &PendingRow{Agent: agent, RequestID: b.Request.ID, Seq: seq,
+				Tool: b.Request.Tool, Args: args, At: r.At}
+		}
+	case "approval":
+		var b struct {
+			RequestID string `json:"request_id"`
+		}
+		err = json.Unmarshal(r.Body, &b)
+		ch.RemovePending = b.RequestID
+	case "termination":
+		ch.Terminated = true
+	default:
+		err = fmt.Errorf("unknown record kind %q", r.Kind)
+	}
+	if err != nil {
+		return IndexChange{}, fmt.Errorf("store: index %s seq %d: %w", agent, seq, err)
+	}
+	return ch, nil
+}
+
+// index is the in-memory form of both indexes, kept by the memory and file
+// stores (the file store also saves it beside the logs).
+type index struct {
+	mu      sync.Mutex
+	rows    map[string]*indexRow
+	sorted  []string // ids in order; the ids of added are not in it yet
+	added   []string
+	pending map[string]*PendingRow // PendingKey → row
+	costs   map[string]*Costs      // policy digest → costs
+}
+
+type indexRow struct {
+	AgentRow
+	count int64 // records seen; -1 once damaged
+	size  int64 // bytes of the log seen (file store)
+	// reqs maps an agent's pending request ids to their keys in pending.
+	reqs map[string]string
+}
+
+func newIndex() *index {
+	return &index{rows: map[string]*indexRow{}, pending: map[string]*PendingRow{}, costs: map[string]*Costs{}}
+}
+
+// create notes a log without records.
+func (x *index) create(agent string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.row(agent)
+}
+
+func (x *index) row(agent string) *indexRow {
+	r := x.rows[agent]
+	if r == nil {
+		r = &indexRow{AgentRow: AgentRow{Agent: agent, Status: StatusAlive}}
+		x.rows[agent] = r
+		x.added = append(x.added, agent)
+	}
+	return r
+}
+
+// apply notes the records firstSeq... of agent's log, which is now size
+// bytes long (the file store; 0 leaves the size alone).
+func (x *index) apply(agent string, firstSeq uint64, size int64, recs [][]byte) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	r := x.row(agent)
+	if size > 0 {
+		r.size = size
+	}
+	for i, rec := range recs {
+		x.applyOne(r, firstSeq+uint64(i), rec)
+	}
+}
+
+func (x *index) applyOne(r *indexRow, seq uint64, rec []byte) {
+	if r.count < 0 {
+		return
+	}
+	if uint64(r.count) != seq {
+		x.damage(r, fmt.Sprintf("store: index %s: record %d after %d records", r.Agent, seq, r.count))
+		return
+	}
+	ch, err := IndexChangeOf(r.Agent, seq, rec)
+	if err != nil {
+		x.damage(r, err.Error())
+		return
+	}
+	r.count++
+	r.Seq = seq
+	if ch.Name != nil {
+		r.Name = *ch.Name
+	}
+	if ch.Costs != nil {
+		r.Digest = ch.Digest
+		if _, ok := x.costs[ch.Digest]; !ok {
+			x.costs[ch.Digest] = ch.Costs
+		}
+	}
+	if ch.Terminated {
+		r.Status = StatusTerminated
+		x.dropPending(r)
+	}
+	if p := ch.AddPending; p != nil && r.Status == StatusAlive {
+		if c := x.costs[r.Digest]; c != nil {
+			p.Cost = c.Cost(p.Tool)
+		}
+		key := PendingKey(r.Agent, seq)
+		x.pending[key] = p
+		if r.reqs == nil {
+			r.reqs = map[string]string{}
+		}
+		r.reqs[p.RequestID] = key
+	}
+	if id := ch.RemovePending; id != "" {
+		if key, ok := r.reqs[id]; ok {
+			delete(x.pending, key)
+			delete(r.reqs, id)
+		}
+	}
+}
+
+func (x *index) dropPending(r *indexRow) {
+	for _, key := range r.reqs {
+		delete(x.pending, key)
+	}
+	r.reqs = nil
+}
+
+func (x *index) damage(r *indexRow, why string) {
+	r.count, r.Status, r.Error = -1, StatusDamaged, why
+	x.dropPending(r)
+}
+
+// reset forgets what the index knows of agent's log (before it is read anew).
+func (x *index) reset(agent string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	r := x.row(agent)
+	x.dropPending(r)
+	r.AgentRow = AgentRow{Agent: agent, Status: StatusAlive}
+	r.count, r.size = 0, 0
+}
+
+// remove forgets agent altogether.
+func (x *index) remove(agent string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	r := x.rows[agent]
+	if r == nil {
+		return
+	}
+	x.dropPending(r)
+	delete(x.rows, agent)
+	if i, ok := slices.BinarySearch(x.sorted, agent); ok {
+		x.sorted = slices.Delete(x.sorted, i, i+1)
+	}
+	x.added = slices.DeleteFunc(x.added, func(s string) bool { return s == agent })
+}
+
+// ids returns the ids in order, merging those added since the last call.
+// The caller holds mu.
+func (x *index) ids() []string {
+	if len(x.added) > 0 {
+		sort.Strings(x.added)
+		merged := make([]string, 0, len(x.sorted)+len(x.added))
+		i, j := 0, 0
+		for i < len(x.sorted) || j < len(x.added) {
+			switch {
+			case j == len(x.added) || i < len(x.sorted) && x.sorted[i] < x.added[j]:
+				merged = append(merged, x.sorted[i])
+				i++
+			default:
+				if len(merged) == 0 || merged[len(merged)-1] != x.added[j] {
+					merged = append(merged, x.added[j])
+				}
+				j++
+			}
+		}
+		x.sorted, x.added = merged, nil
+	}
+	return x.sorted
+}
+
+func (x *index) listAgents(q ListQuery) ([]AgentRow, string, error) {
+	q, err := CheckListQuery(q)
+	if err != nil {
+		return nil, "", err
+	}
+	after, err := DecodeCursor(q.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	ids := x.ids()
+	i := 0
+	if after != "" {
+		i = sort.SearchStrings(ids, after)
+		if i < len(ids) && ids[i] == after {
+			i++
+		}
+	}
+	out := []AgentRow{}
+	for ; i < len(ids) && len(out) < q.Limit; i++ {
+		r := x.rows[ids[i]]
+		if q.Status != "" && r.Status != q.Status {
+			continue
+		}
+		out = append(out, r.AgentRow)
+	}
+	next := ""
+	if i < len(ids) && len(out) == q.Limit {
+		next = EncodeCursor(out[len(out)-1].Agent)
+	}
+	return out, next, nil
+}
+
+func (x *index) listPending(q ListQuery) ([]PendingRow, string, error) {
+	q, err := CheckListQuery(q)
+	if err != nil {
+		return nil, "", err
+	}
+	after, err := DecodeCursor(q.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	x.mu.Lock()
+	keys := make([]string, 0, len(x.pending))
+	for k := range x.pending {
+		if k > after {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	more := len(keys) > q.Limit
+	if more {
+		keys = keys[:q.Limit]
+	}
+	out := make([]PendingRow, 0, len(keys))
+	for _, k := range keys {
+		p := *x.pending[k]
+		if r := x.rows[p.Agent]; r != nil {
+			p.Name = r.Name
+		}
+		out = append(out, p)
+	}
+	x.mu.Unlock()
+	next := ""
+	if more {
+		next = EncodeCursor(keys[len(keys)-1])
+	}
+	return out, next, nil
+}
+
+// ParsePendingKey splits a PendingKey (of a decoded cursor).
+func ParsePendingKey(key string) (agent string, seq uint64, ok bool) {
+	agent, s, ok := strings.Cut(key, "\x00")
+	if !ok || len(s) != 20 {
+		return "", 0, false
+	}
+	_, err := fmt.Sscan(s, &seq)
+	return agent, seq, err == nil
+}
+
+// Listing returns st's Lister; for a store that keeps no index (a wrapper in
+// a test), one that reads every log for every page.
+func Listing(st Store) Lister {
+	if l, ok := st.(Lister); ok {
+		return l
+	}
+	return scanLister{st}
+}
+
+type scanLister struct{ st Store }
+
+func (l scanLister) index() (*index, error) {
+	ids, err := l.st.Agents()
+	if err != nil {
+		return nil, err
+	}
+	x := newIndex()
+	for _, id := range ids {
+		x.create(id)
+		err := l.st.Scan(id, func(seq uint64, rec []byte) error {
+			x.apply(id, seq, 0, [][]byte{rec})
+			return nil
+		})
+		if err != nil {
+			x.mu.Lock()
+			x.damage(x.row(id), err.Error())
+			x.mu.Unlock()
+		}
+	}
+	return x, nil
+}
+
+func (l scanLister) ListAgents(q ListQuery) ([]AgentRow, string, error) {
+	x, err := l.index()
+	if err != nil {
+		return nil, "", err
+	}
+	return x.listAgents(q)
+}
+
+func (l scanLister) ListPending(q ListQuery) ([]PendingRow, string, error) {
+	x, err := l.index()
+	if err != nil {
+		return nil, "", err
+	}
+	return x.listPending(q)
+}

@@ -295,7 +295,10 @@ func (s *Store) commit(group []*appendReq) {
 func appendErr(err error, doing, agent string) error {
 	m := mapErr(err, doing, agent)
 	var ce *pgconn.ConnectError
-	if !errors.Is(m, store.ErrUnavailable) || pgconn.SafeToRetry(err) || errors.As(err, &ce) {
+	// A batch that failed while its statements were being prepared never ran
+	// one of them: pgx prepares and syncs before it sends the batch's queries.
+	var pe pgx.ErrPreprocessingBatch
+	if !errors.Is(m, store.ErrUnavailable) || pgconn.SafeToRetry(err) || errors.As(err, &ce) || errors.As(err, &pe) {
 		return m
 	}
 	return fmt.Errorf("%w: %w", store.ErrUnknownOutcome, m)

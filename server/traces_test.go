@@ -229,3 +229,31 @@ func TestTracesOffWithoutEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkDecisionTraces is one durable decision over HTTP through the
+// real client, with tracing off (no endpoint: no provider) and on (an OTLP
+// endpoint at a loopback receiver, every span sampled and exported).
+func BenchmarkDecisionTraces(b *testing.B) {
+	for _, mode := range []string{"off", "on"} {
+		b.Run(mode, func(b *testing.B) {
+			endpoint := ""
+			if mode == "on" {
+				endpoint = startReceiver(b).URL
+			}
+			e, _ := startTraced(b, endpoint)
+			created, err := e.admin.CreateAgent(bg, json.RawMessage(`{"budget": 1000000000, "tools": {"pay": {"cost": 1}}}`), "", "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			agent, bot := created.Agent, e.client(created.Token)
+			req := lineage.Request{Tool: "pay", Args: map[string]any{"amount": json.Number("1")}}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := bot.Request(bg, agent, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

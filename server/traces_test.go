@@ -257,3 +257,50 @@ func BenchmarkDecisionTraces(b *testing.B) {
 		})
 	}
 }
+
+// TestTracesFollowCallerSampling: a caller's traceparent that is not
+// sampled (flags 00) gives no spans from serve in that trace, and a
+// malformed traceparent is ignored (a new root), never refused (D382, the
+// caller's traceparent is honoured).
+func TestTracesFollowCallerSampling(t *testing.T) {
+	rcv := startReceiver(t)
+	e, shutdown := startTraced(t, rcv.URL)
+	agent, _ := e.agent()
+	const unsampled = "5bf92f3577b34da6a3ce929d0e0e4736"
+	for _, tp := range []string{"00-" + unsampled + "-00f067aa0ba902b7-00", "00-zz-not-a-traceparent"} {
+		req, err := http.NewRequest("POST", e.url+"/v1/agents/"+agent+"/requests", strings.NewReader(`{"tool":"pay","args":{"amount":7}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+e.agentToken(agent))
+		req.Header.Set("traceparent", tp)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("traceparent %q: status %d", tp, resp.StatusCode)
+		}
+	}
+	if err := shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	roots := 0
+	for _, s := range rcv.spans {
+		if hex.EncodeToString(s.TraceId) == unsampled {
+			t.Errorf("span %q exported in a trace the caller did not sample", s.Name)
+		}
+		if s.Name == "POST /v1/agents/{agent}/requests" {
+			if len(s.ParentSpanId) != 0 {
+				t.Errorf("malformed traceparent: HTTP span has parent %x", s.ParentSpanId)
+			}
+			roots++
+		}
+	}
+	if roots != 1 {
+		t.Errorf("%d request spans, want 1 (the malformed traceparent's, a new root)", roots)
+	}
+}

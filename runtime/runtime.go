@@ -588,6 +588,7 @@ func (r *Runtime) pending(ctx context.Context, a *agent, ap Approval, m mode) (l
 	if err != nil {
 		return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("agent %s: pending request %q: %w", a.id, req.ID, err)
 	}
+	setTool(ctx, req.Tool)
 	in, err := a.eng.input(m, req.ID, req.Tool, cr, at, a.f)
 	if err != nil {
 		return lineage.Verdict{}, time.Time{}, nil, err

@@ -41,6 +41,14 @@ func (r *Runtime) startDecision(ctx context.Context, agentID, tool string) (cont
 	return ctx, span
 }
 
+// setTool names the tool on ctx's decision span, once the runtime knows it
+// (an approval names only the request).
+func setTool(ctx context.Context, tool string) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("lineage.tool", tool))
+	}
+}
+
 func endDecision(span trace.Span, v lineage.Verdict, err error) {
 	if span.IsRecording() {
 		if err != nil {

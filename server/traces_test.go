@@ -304,3 +304,36 @@ func TestTracesFollowCallerSampling(t *testing.T) {
 		t.Errorf("%d request spans, want 1 (the malformed traceparent's, a new root)", roots)
 	}
 }
+
+// TestTracesApproval: approving a pending request gives a decision span
+// with the pending request's tool and the approval's verdict.
+func TestTracesApproval(t *testing.T) {
+	rcv := startReceiver(t)
+	e, shutdown := startTraced(t, rcv.URL)
+	agent, bot := e.agent()
+	p, err := bot.Request(bg, agent, lineage.Request{Tool: "wire"})
+	if err != nil || p.Decision != lineage.Pending {
+		t.Fatalf("%+v, %v", p, err)
+	}
+	v, err := e.approver.Approve(bg, agent, p.RequestID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	found := false
+	for _, s := range rcv.spans {
+		if a := attrs(s); s.Name == runtime.SpanDecision && a["lineage.seq"] == int64(v.Seq) {
+			found = true
+			if a["lineage.tool"] != "wire" || a["lineage.decision"] != string(v.Decision) || a["lineage.agent"] != agent {
+				t.Errorf("approval's decision span: %v, verdict %+v", a, v)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no decision span with seq %d", v.Seq)
+	}
+}

@@ -98,7 +98,7 @@ func (r *Runtime) update(ctx context.Context, id string, op func(a *agent) (time
 			}
 			continue
 		}
-		_, span := r.tracer.Start(ctx, SpanCommit)
+		_, span := r.start(ctx, SpanCommit)
 		err = a.append(r.store, at, items...)
 		endSpan(span, err)
 		if err == nil {

@@ -490,7 +490,7 @@ func (r *Runtime) decide(ctx context.Context, a *agent, m mode, in ast.Value) (d
 	if r.opts.OnDecision != nil && m != modeReject {
 		r.opts.OnDecision(a.eng.compiled.Digest, in)
 	}
-	ctx, span := r.tracer.Start(ctx, SpanEval)
+	ctx, span := r.start(ctx, SpanEval)
 	d, err := a.eng.decide(ctx, m, in)
 	endSpan(span, err)
 	return d, err

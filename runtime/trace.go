@@ -6,7 +6,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/lineage-guard/lineage"
 )
@@ -21,17 +20,30 @@ const (
 // tracerName is the instrumentation scope of the runtime's spans.
 const tracerName = "github.com/lineage-guard/lineage/runtime"
 
+// tracerOf is nil without a provider: then start opens no span at all, not
+// even a no-op one in a new context (no allocation on the decision path).
 func tracerOf(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
-		return noop.NewTracerProvider().Tracer(tracerName)
+		return nil
 	}
 	return tp.Tracer(tracerName)
+}
+
+// noSpan is the span of a runtime without a tracer: it records nothing.
+var noSpan = trace.SpanFromContext(context.Background())
+
+// start opens a span named name under ctx's span, or none without a tracer.
+func (r *Runtime) start(ctx context.Context, name string) (context.Context, trace.Span) {
+	if r.tracer == nil {
+		return ctx, noSpan
+	}
+	return r.tracer.Start(ctx, name)
 }
 
 // startDecision opens the decision span of one request or approval of an
 // agent; endDecision closes it with the verdict or the error.
 func (r *Runtime) startDecision(ctx context.Context, agentID, tool string) (context.Context, trace.Span) {
-	ctx, span := r.tracer.Start(ctx, SpanDecision)
+	ctx, span := r.start(ctx, SpanDecision)
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("lineage.agent", agentID))
 		if tool != "" {

@@ -98,7 +98,9 @@ func (r *Runtime) update(ctx context.Context, id string, op func(a *agent) (time
 			}
 			continue
 		}
+		_, span := r.start(ctx, SpanCommit)
 		err = a.append(r.store, at, items...)
+		endSpan(span, err)
 		if err == nil {
 			r.grew(a)
 			return finish(nil)

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/policy"
@@ -49,6 +50,10 @@ type Options struct {
 	MaxAgents int
 	// IdleTimeout unloads agents unused for that long; 0 means never.
 	IdleTimeout time.Duration
+	// TracerProvider, if set, gets a span for each decision, its OPA
+	// evaluation and its store commit (docs/operations.md, Traces); nil
+	// means none (a no-op tracer).
+	TracerProvider trace.TracerProvider
 }
 
 // Runtime guards agents: it decides their requests and keeps their logs.
@@ -62,6 +67,7 @@ type Runtime struct {
 	agents  *agentTable
 	engines map[string]*engineSlot
 	watch   atomic.Pointer[LogWatch] // tail.go
+	tracer  trace.Tracer             // trace.go
 }
 
 type engineSlot struct {
@@ -95,6 +101,7 @@ func Open(st store.Store, opts Options) *Runtime {
 	r := &Runtime{store: st, shared: store.IsShared(st), opts: opts,
 		agents: newAgentTable(opts.MaxAgents, opts.IdleTimeout), engines: map[string]*engineSlot{}}
 	r.agents.onLeave = r.left
+	r.tracer = tracerOf(opts.TracerProvider)
 	return r
 }
 
@@ -406,6 +413,7 @@ func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Reque
 		}
 	}
 	var v lineage.Verdict
+	ctx, span := r.startDecision(ctx, agentID, cr.tool)
 	err = r.update(ctx, agentID, func(a *agent) (time.Time, []item, error) {
 		var (
 			at    time.Time
@@ -415,6 +423,7 @@ func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Reque
 		v, at, items, err = r.request(ctx, a, cr, req.At)
 		return at, items, err
 	}, nil)
+	endDecision(span, v, err)
 	if err != nil {
 		return lineage.Verdict{}, err
 	}
@@ -481,7 +490,10 @@ func (r *Runtime) decide(ctx context.Context, a *agent, m mode, in ast.Value) (d
 	if r.opts.OnDecision != nil && m != modeReject {
 		r.opts.OnDecision(a.eng.compiled.Digest, in)
 	}
-	return a.eng.decide(ctx, m, in)
+	ctx, span := r.start(ctx, SpanEval)
+	d, err := a.eng.decide(ctx, m, in)
+	endSpan(span, err)
+	return d, err
 }
 
 func verdictOf(d decision, requestID string, seq uint64) lineage.Verdict {
@@ -530,6 +542,7 @@ func (r *Runtime) Reject(ctx context.Context, agentID string, ap Approval) (line
 
 func (r *Runtime) decidePending(ctx context.Context, agentID string, ap Approval, m mode) (lineage.Verdict, error) {
 	var v lineage.Verdict
+	ctx, span := r.startDecision(ctx, agentID, "")
 	err := r.update(ctx, agentID, func(a *agent) (time.Time, []item, error) {
 		var (
 			at    time.Time
@@ -539,6 +552,7 @@ func (r *Runtime) decidePending(ctx context.Context, agentID string, ap Approval
 		v, at, items, err = r.pending(ctx, a, ap, m)
 		return at, items, err
 	}, nil)
+	endDecision(span, v, err)
 	if err != nil {
 		return lineage.Verdict{}, err
 	}
@@ -574,6 +588,7 @@ func (r *Runtime) pending(ctx context.Context, a *agent, ap Approval, m mode) (l
 	if err != nil {
 		return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("agent %s: pending request %q: %w", a.id, req.ID, err)
 	}
+	setTool(ctx, req.Tool)
 	in, err := a.eng.input(m, req.ID, req.Tool, cr, at, a.f)
 	if err != nil {
 		return lineage.Verdict{}, time.Time{}, nil, err

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/lineage-guard/lineage"
@@ -70,6 +71,9 @@ type Config struct {
 	// Unsynced says why not, writes (POST) answer 503 clock_unsynced and
 	// /health says why (internal/storeclock, docs/stores.md).
 	Clock interface{ Unsynced() error }
+	// TracerProvider, if set, gets a span for each HTTP request, the child
+	// of the caller's traceparent (traces.go, TracingFromEnv); nil: none.
+	TracerProvider trace.TracerProvider
 }
 
 // MaxWait is the longest ?wait= on a request.
@@ -99,6 +103,8 @@ type Server struct {
 	export   *exporter     // serve --decision-log (export.go)
 	stopNews func()        // ends the news listener (news.go)
 	newsDone chan struct{} // closed when it has ended
+
+	tracer trace.Tracer // nil: no spans (traces.go)
 }
 
 // New builds a server. Close it to end its event streams and waits.
@@ -117,6 +123,9 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, rt: cfg.Runtime, log: log, hub: newHub(), mux: http.NewServeMux(),
 		quota: newQuotas(cfg.AgentRPS, cfg.AgentBurst)}
 	s.auth.Store(auth)
+	if cfg.TracerProvider != nil {
+		s.tracer = cfg.TracerProvider.Tracer("github.com/lineage-guard/lineage/server")
+	}
 	s.met = newMetrics(s)
 	for _, rt := range s.routes() {
 		s.mux.Handle(rt.pattern(), s.wrap(rt))
@@ -301,6 +310,7 @@ func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
+		r, span := s.startHTTPSpan(r, rt)
 		p, err := s.authorize(r, rt.who)
 		if err == nil && r.Method == http.MethodPost {
 			err = s.clockErr()
@@ -321,6 +331,7 @@ func (s *Server) wrap(rt route) http.Handler {
 			}
 		}
 		took := time.Since(start)
+		endHTTPSpan(span, sw.status, p)
 		s.met.http.WithLabelValues(rt.path, strconv.Itoa(sw.status)).Inc()
 		s.met.httpTime.WithLabelValues(rt.path).Observe(took.Seconds())
 		attrs := []any{"method", r.Method, "route", rt.path, "path", r.URL.Path, "status", sw.status, "duration", took}

@@ -220,11 +220,25 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		return st.Close()
 	}
 	defer closeStore()
+	// Traces only with OTEL_EXPORTER_OTLP_ENDPOINT (docs/operations.md,
+	// Traces); the spans still buffered are flushed last, on any exit.
+	tp, shutdownTraces, err := server.TracingFromEnv(ctx)
+	if err != nil {
+		return fmt.Errorf("traces: %w", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownTraces(sctx); err != nil {
+			fmt.Fprintf(stderr, "lineagec: warning: flushing the traces: %v\n", err)
+		}
+	}()
 	rt := runtime.Open(st, runtime.Options{
-		Compile:     func(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) },
-		MaxAgents:   p.maxAgents,
-		IdleTimeout: p.idle,
-		Clock:       clockNow(clock),
+		Compile:        func(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) },
+		MaxAgents:      p.maxAgents,
+		IdleTimeout:    p.idle,
+		Clock:          clockNow(clock),
+		TracerProvider: tp,
 	})
 	// The size and head of the last checkpoint signed of each agent, kept by
 	// the store (the data directory, or the shared database).
@@ -233,7 +247,7 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	srv, err := server.New(server.Config{Runtime: rt, Principals: principals, Key: key,
 		Logger: logger, SyncStats: syncStats, CheckpointSigner: signer, AgentRPS: rps, AgentBurst: p.burst,
 		Marks: marks, Backup: serveBackup(st, dir), DecisionLog: server.DecisionLogConfig{URL: p.decisionLog, Store: st, Dir: dir},
-		News: news, Clock: clockOf(clock)})
+		News: news, Clock: clockOf(clock), TracerProvider: tp})
 	if err != nil {
 		return err
 	}

@@ -64,6 +64,13 @@ var _ Lister = (*File)(nil)
 // (docs/decisions.md: the index file trusted after a clean close).
 func (s *File) loadIndex() *index {
 	x, clean := s.readIndexFile(IndexName)
+	// A clean file is trusted only for the logs it names: one read of the
+	// directory (names, no stat) finds a log put in or taken out behind the
+	// store, which is then checked like after a crash, so that a listing
+	// never leaves out a log that is there, damaged or not.
+	if clean && !s.sameLogs(x) {
+		clean = false
+	}
 	if clean && len(s.damaged) == 0 && s.roJournal == nil {
 		if !s.opts.ReadOnly {
 			// Not clean any more once this store appends.
@@ -152,6 +159,27 @@ func (s *File) scanForIndex(agent string, fn func(seq uint64, rec []byte) error)
 	defer f.Close()
 	_, err = scanLines(agent, path, f, -1, fn)
 	return err
+}
+
+// sameLogs reports whether the directory holds exactly the logs x names
+// (by name only: a read of the directory, no stat per log).
+func (s *File) sameLogs(x *index) bool {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return false
+	}
+	n := 0
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), Ext)
+		if !ok || checkAgent(id) != nil {
+			continue
+		}
+		if _, ok := x.rows[id]; !ok {
+			return false
+		}
+		n++
+	}
+	return n == len(x.rows)
 }
 
 // logSizes returns the size of every log in the directory.

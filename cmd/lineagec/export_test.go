@@ -51,7 +51,15 @@ func (s *testSink) start() {
 	go s.hs.Serve(ln)
 }
 
-func (s *testSink) down() { s.hs.Close() }
+// down stops the sink once its handlers in flight have finished: a slow
+// batch still being taken must count before the sink is down, not after.
+func (s *testSink) down() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if s.hs.Shutdown(ctx) != nil {
+		s.hs.Close()
+	}
+}
 
 func (s *testSink) setMode(m string) { s.mu.Lock(); s.mode = m; s.mu.Unlock() }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,7 +93,8 @@ func measure(b *testing.B, svc *service, agent, tok string, direct, hop, proxied
 		}
 	}
 	guard := svc.client(tok)
-	run := fmt.Sprintf("%s-%d", b.Name(), time.Now().UnixNano())
+	// A request id is [A-Za-z0-9._:~-]: the sub-benchmark's "/" would make it malformed.
+	run := fmt.Sprintf("%s-%d", strings.ReplaceAll(b.Name(), "/", "."), time.Now().UnixNano())
 	paths := []struct {
 		name string
 		do   func(i int)

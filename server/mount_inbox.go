@@ -27,6 +27,11 @@ func (s *Server) mountInbox() {
 			if err := s.clockErr(); err != nil {
 				return lineage.Verdict{}, err
 			}
+			// The same refusal as the API's: a log below its checkpoint mark
+			// is not decided on (D256 (a log below its mark is not decided on)).
+			if err := s.checkMark(ctx, agent); err != nil {
+				return lineage.Verdict{}, err
+			}
 			decide := s.rt.Reject
 			if approve {
 				decide = s.rt.Approve

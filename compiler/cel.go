@@ -69,12 +69,6 @@ func celStateType() cel.EnvOption {
 	}
 }
 
-// celConstraint is one compiled `when` entry.
-type celConstraint struct {
-	pointer string
-	prg     cel.Program
-}
-
 // compileCEL parses and type-checks an expression, and names the variables
 // it reads. A syntax error, an unknown variable or a non-bool result is a
 // diagnostic at ptr.

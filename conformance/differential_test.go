@@ -236,9 +236,8 @@ func comparableState(s lineage.State) lineage.State {
 }
 
 type diffSide struct {
-	rt    *runtime.Runtime
-	c     *policy.Compiled
-	agent string
+	rt *runtime.Runtime
+	c  *policy.Compiled
 }
 
 // runSequence runs ops on a fresh agent on both sides; it returns the first disagreement.

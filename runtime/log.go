@@ -18,15 +18,6 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 )
 
-// unsigned is a record without its hash: what the hash covers (docs/log.md).
-type unsigned struct {
-	Seq  uint64          `json:"seq"`
-	At   lineage.Time    `json:"at"`
-	Kind lineage.Kind    `json:"kind"`
-	Prev string          `json:"prev"`
-	Body json.RawMessage `json:"body"`
-}
-
 // sealRecord computes the record's hash and its stored form: the canonical JSON
 // (RFC 8785) of the whole record, hash included, on one line. The body is
 // canonical JSON (see canonicalBody); the envelope around it is written by

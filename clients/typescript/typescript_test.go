@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -129,7 +128,7 @@ func serve(t *testing.T, bin, data, authFile string) string {
 		default:
 		}
 		if time.Since(start) > 20*time.Second {
-			t.Fatal(fmt.Sprintf("lineagec serve did not answer /health within 20 s\n%s", log.String()))
+			t.Fatalf("lineagec serve did not answer /health within 20 s\n%s", log.String())
 		}
 	}
 }

@@ -50,7 +50,7 @@ var literals = []string{"true", "false", "null"}
 // Transform converts raw JSON data from a []byte array into a canonicalized version according RFC 8785
 func Transform(jsonData []byte) ([]byte, error) {
 	if jsonData == nil {
-		return nil, errors.New("No JSON data provided")
+		return nil, errors.New("no JSON data provided")
 	}
 
 	// Create a JCS Data struct to store the JSON Data and the index.
@@ -65,7 +65,7 @@ func Transform(jsonData []byte) ([]byte, error) {
 
 	for j.index < len(j.jsonData) {
 		if !j.isWhiteSpace(j.jsonData[j.index]) {
-			return nil, errors.New("Improperly terminated JSON object")
+			return nil, errors.New("improperly terminated JSON object")
 		}
 		j.index++
 	}
@@ -80,12 +80,12 @@ func (j *jcsData) nextChar() (byte, error) {
 	if j.index < len(j.jsonData) {
 		c := j.jsonData[j.index]
 		if c > 0x7f {
-			return 0, errors.New("Unexpected non-ASCII character")
+			return 0, errors.New("unexpected non-ASCII character")
 		}
 		j.index++
 		return c, nil
 	}
-	return 0, errors.New("Unexpected EOF reached")
+	return 0, errors.New("unexpected EOF reached")
 }
 
 // scan advances index on jsonData to the first non whitespace character and returns it.
@@ -110,7 +110,7 @@ func (j *jcsData) scanFor(expected byte) error {
 		return err
 	}
 	if c != expected {
-		return fmt.Errorf("Expected %s but got %s", string(expected), string(c))
+		return fmt.Errorf("expected %s but got %s", string(expected), string(c))
 	}
 	return nil
 }
@@ -190,7 +190,7 @@ CoreLoop:
 			c = j.jsonData[j.index]
 			j.index++
 		} else {
-			return "", errors.New("Unexpected EOF reached")
+			return "", errors.New("unexpected EOF reached")
 		}
 
 		if c == '"' {
@@ -198,7 +198,7 @@ CoreLoop:
 		}
 
 		if c < ' ' {
-			return "", errors.New("Unterminated string literal")
+			return "", errors.New("unterminated string literal")
 		} else if c == '\\' {
 			// Escape sequence
 			c, err := j.nextChar()
@@ -226,7 +226,7 @@ CoreLoop:
 					}
 
 					if backslash != '\\' || u != 'u' {
-						return "", errors.New("Missing surrogate")
+						return "", errors.New("missing surrogate")
 					}
 
 					// Output the UTF-32 code point as UTF-8
@@ -251,7 +251,7 @@ CoreLoop:
 						continue CoreLoop
 					}
 				}
-				return "", fmt.Errorf("Unexpected escape: \\%s", string(c))
+				return "", fmt.Errorf("unexpected escape: \\%s", string(c))
 			}
 		} else {
 			// Just an ordinary ASCII character alternatively a UTF-8 byte
@@ -289,7 +289,7 @@ func (j *jcsData) parseSimpleType() (string, error) {
 	}
 
 	if token.Len() == 0 {
-		return "", errors.New("Missing argument")
+		return "", errors.New("missing argument")
 	}
 
 	return parseLiteral(token.String())
@@ -446,7 +446,7 @@ func (j *jcsData) parseObject() (string, error) {
 	sort.SliceStable(members, func(a, b int) bool { return compareKeys(members[a].sortKey, members[b].sortKey) < 0 })
 	for m := 1; m < len(members); m++ {
 		if compareKeys(members[m-1].sortKey, members[m].sortKey) == 0 {
-			return "", fmt.Errorf("Duplicate key: %s", members[m-1].name)
+			return "", fmt.Errorf("duplicate key: %s", members[m-1].name)
 		}
 	}
 

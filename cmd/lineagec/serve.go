@@ -23,6 +23,7 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 	"github.com/lineage-guard/lineage/runtime/store/postgres"
 	"github.com/lineage-guard/lineage/server"
 )
@@ -205,7 +206,7 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		clock = storeclock.Start(read, storeclock.Options{MaxError: p.maxClock, Logger: slog.New(handler)})
 		defer clock.Close()
 	} else {
-		fs, err := store.OpenFile(dir, store.FileOptions{})
+		fs, err := file.Open(dir, file.Options{})
 		if err != nil {
 			return err
 		}

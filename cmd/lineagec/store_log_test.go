@@ -20,6 +20,7 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 	"github.com/lineage-guard/lineage/runtime/store/postgres"
 	"github.com/lineage-guard/lineage/server"
 )
@@ -87,7 +88,7 @@ tools:
 func TestLogStoreExport(t *testing.T) {
 	url := pgtest.URL(t)
 	dir := t.TempDir()
-	fs, err := store.OpenFile(dir, store.FileOptions{})
+	fs, err := file.Open(dir, file.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestLogStoreExport(t *testing.T) {
 	if code != exitOK || stderr != "" {
 		t.Fatalf("log --store: exit %d: %s", code, stderr)
 	}
-	file, err := os.ReadFile(filepath.Join(dir, id+store.Ext))
+	file, err := os.ReadFile(filepath.Join(dir, id+file.Ext))
 	if err != nil {
 		t.Fatal(err)
 	}

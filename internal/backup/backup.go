@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 )
 
 // ManifestName is the tar entry, last in the file, that lists the logs.
@@ -100,13 +101,13 @@ func Write(ctx context.Context, w io.Writer, src Source) (Manifest, error) {
 			}
 			b, _ := json.Marshal(mk)
 			b = append(b, '\n')
-			if err := put(store.MarksDir+"/"+a+".json", int64(len(b)), bytes.NewReader(b)); err != nil {
+			if err := put(file.MarksDir+"/"+a+".json", int64(len(b)), bytes.NewReader(b)); err != nil {
 				return m, fmt.Errorf("backup: %w", err)
 			}
 		}
 	}
 	if src.Dir != "" {
-		notes, err := os.ReadDir(filepath.Join(src.Dir, store.LostDir))
+		notes, err := os.ReadDir(filepath.Join(src.Dir, file.LostDir))
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return m, fmt.Errorf("backup: %w", err)
 		}
@@ -115,11 +116,11 @@ func Write(ctx context.Context, w io.Writer, src Source) (Manifest, error) {
 			if !ok || !n.Type().IsRegular() || store.CheckAgent(a) != nil {
 				continue
 			}
-			b, err := os.ReadFile(filepath.Join(src.Dir, store.LostDir, n.Name()))
+			b, err := os.ReadFile(filepath.Join(src.Dir, file.LostDir, n.Name()))
 			if err != nil {
 				return m, fmt.Errorf("backup: %w", err)
 			}
-			if err := put(store.LostDir+"/"+n.Name(), int64(len(b)), bytes.NewReader(b)); err != nil {
+			if err := put(file.LostDir+"/"+n.Name(), int64(len(b)), bytes.NewReader(b)); err != nil {
 				return m, fmt.Errorf("backup: %w", err)
 			}
 		}
@@ -136,7 +137,7 @@ func Write(ctx context.Context, w io.Writer, src Source) (Manifest, error) {
 			sp.close()
 			continue
 		}
-		err = put(a+store.Ext, sp.size, sp.reader())
+		err = put(a+file.Ext, sp.size, sp.reader())
 		sp.close()
 		if err != nil {
 			return m, fmt.Errorf("backup: %w", err)

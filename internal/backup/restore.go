@@ -15,6 +15,7 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 )
 
 // ErrNotEmpty is returned by Restore for a data directory that holds files.
@@ -60,14 +61,14 @@ func Restore(r io.Reader, dir string, compile func(doc []byte) (*policy.Compiled
 			return m, fmt.Errorf("restore: the manifest names agent %s, whose log is not in the backup", e.Agent)
 		}
 		delete(logs, e.Agent)
-		if err := verifyLog(filepath.Join(tmp, e.Agent+store.Ext), e, compile); err != nil {
+		if err := verifyLog(filepath.Join(tmp, e.Agent+file.Ext), e, compile); err != nil {
 			return m, fmt.Errorf("restore: %w", err)
 		}
 	}
 	for a := range logs {
 		return m, fmt.Errorf("restore: the log of %s is in the backup but not in its manifest", a)
 	}
-	for _, sub := range []string{"", store.MarksDir, store.LostDir} {
+	for _, sub := range []string{"", file.MarksDir, file.LostDir} {
 		if err := syncPath(filepath.Join(tmp, sub)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return m, fmt.Errorf("restore: %w", err)
 		}
@@ -122,8 +123,8 @@ func extract(r io.Reader, dir string) (Manifest, map[string]bool, error) {
 		ext := ".json"
 		switch sub {
 		case "":
-			ext = store.Ext
-		case store.MarksDir, store.LostDir:
+			ext = file.Ext
+		case file.MarksDir, file.LostDir:
 		default:
 			return m, nil, fmt.Errorf("entry %q is not one a backup holds", h.Name)
 		}

@@ -22,7 +22,8 @@ import (
 	"github.com/lineage-guard/lineage/conformance/model"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 // Options size a run.
@@ -275,7 +276,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	var last, prev recordedInput // last is set by the runtime's OnDecision, on the one goroutine
-	rt := runtime.Open(store.NewMemory(), runtime.Options{Compile: compile, OnDecision: func(digest string, in ast.Value) {
+	rt := runtime.Open(memory.New(), runtime.Options{Compile: compile, OnDecision: func(digest string, in ast.Value) {
 		last = recordedInput{digest, in}
 	}})
 	ids := make([]string, len(agents))
@@ -348,7 +349,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	say("raw OPA: %.0f evaluations/s", res.RawOPAPerSec)
 
 	say("runtime, memory store, throughput: %d agents × %d decisions on %d goroutines", o.Agents, o.Requests, res.GOMAXPROCS)
-	trt := runtime.Open(store.NewMemory(), runtime.Options{Compile: compile})
+	trt := runtime.Open(memory.New(), runtime.Options{Compile: compile})
 	truns := newRuns(o.Agents)
 	tids := make([]string, len(truns))
 	for i, a := range truns {
@@ -404,7 +405,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			defer os.RemoveAll(dir)
 		}
 		say("runtime, file store in %s: %d concurrent agents × %d decisions", dir, o.FileAgents, o.Requests)
-		fs, err := store.OpenFile(dir, store.FileOptions{})
+		fs, err := file.Open(dir, file.Options{})
 		if err != nil {
 			return nil, err
 		}

@@ -11,6 +11,8 @@ import (
 	"github.com/lineage-guard/lineage/conformance/model"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 // TestRunSmall runs the whole measurement at a tiny size: every path must
@@ -124,12 +126,12 @@ func benchRuntime(b *testing.B, w *workload, st store.Store) {
 }
 
 func BenchmarkRuntimeMemory(b *testing.B) {
-	eachWorkload(b, func(b *testing.B, w *workload) { benchRuntime(b, w, store.NewMemory()) })
+	eachWorkload(b, func(b *testing.B, w *workload) { benchRuntime(b, w, memory.New()) })
 }
 
 func BenchmarkRuntimeFile(b *testing.B) {
 	eachWorkload(b, func(b *testing.B, w *workload) {
-		fs, err := store.OpenFile(b.TempDir(), store.FileOptions{})
+		fs, err := file.Open(b.TempDir(), file.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -145,7 +147,7 @@ func BenchmarkRawOPA(b *testing.B) { eachWorkload(b, benchRawOPA) }
 func benchRawOPA(b *testing.B, w *workload) {
 	ctx := context.Background()
 	var inputs []ast.Value
-	rt := runtime.Open(store.NewMemory(), runtime.Options{Compile: compile,
+	rt := runtime.Open(memory.New(), runtime.Options{Compile: compile,
 		OnDecision: func(_ string, in ast.Value) { inputs = append(inputs, in) }})
 	for a := 0; a < 10; a++ {
 		id, err := rt.CreateAgent(ctx, w.compiled, runtime.CreateOptions{At: genesis})

@@ -10,7 +10,7 @@ import (
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/internal/testpolicy"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 // BenchmarkCompile measures what a policy of n tools costs before its first
@@ -31,7 +31,7 @@ func BenchmarkCompile(b *testing.B) {
 					b.Fatal(err)
 				}
 				compiling += time.Since(t0)
-				rt := runtime.Open(store.NewMemory(), runtime.Options{Compile: compile})
+				rt := runtime.Open(memory.New(), runtime.Options{Compile: compile})
 				id, err := rt.CreateAgent(ctx, c, runtime.CreateOptions{At: genesis})
 				if err != nil {
 					b.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 // drive runs n agents' ops on the given number of long-lived goroutines (agent
@@ -127,7 +127,7 @@ func (r *rawOPA) throughput(ctx context.Context, sample []recordedInput, perInpu
 // loaded: agents are created through one runtime, then loaded by a second one
 // over the same store, and the heap growth of that loading is divided by n.
 func idleStateBytes(ctx context.Context, c *policy.Compiled, n int) (int64, error) {
-	st := store.NewMemory()
+	st := memory.New()
 	rt := runtime.Open(st, runtime.Options{Compile: compile})
 	ids := make([]string, n)
 	var err error
@@ -162,7 +162,7 @@ func heap() uint64 {
 // longLog builds an agent with n records, then compares its decision latency
 // with a fresh agent's on the same ops, and times a full replay of its log.
 func longLog(ctx context.Context, w *workload, n int, res *Result, say func(string, ...any)) error {
-	st := store.NewMemory()
+	st := memory.New()
 	rt := runtime.Open(st, runtime.Options{Compile: compile})
 	long, err := rt.CreateAgent(ctx, w.compiled, runtime.CreateOptions{At: genesis})
 	if err != nil {

@@ -30,6 +30,8 @@ import (
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 	"github.com/lineage-guard/lineage/server"
 )
 
@@ -157,7 +159,7 @@ func RunServe(ctx context.Context, o ServeOptions) (*ServeResult, error) {
 	say("recording the inputs: %d agents × %d decisions", o.Agents, o.Requests)
 	inputs := make([][][]byte, o.Agents)
 	var last []byte
-	rec := runtime.Open(store.NewMemory(), runtime.Options{Compile: compile, OnDecision: func(_ string, in ast.Value) {
+	rec := runtime.Open(memory.New(), runtime.Options{Compile: compile, OnDecision: func(_ string, in ast.Value) {
 		v, err := ast.JSON(in)
 		if err == nil {
 			last, err = json.Marshal(map[string]any{"input": v})
@@ -224,10 +226,10 @@ func RunServe(ctx context.Context, o ServeOptions) (*ServeResult, error) {
 			}
 			sums["opa"].lat, sums["opa"].wall = append(sums["opa"].lat, lat...), sums["opa"].wall+wall
 			for _, target := range []string{"memory", "file"} {
-				var st store.Store = store.NewMemory()
-				var fs *store.File
+				var st store.Store = memory.New()
+				var fs *file.Store
 				if target == "file" {
-					if fs, err = store.OpenFile(fmt.Sprintf("%s/level-%d-%d", dir, li, round), store.FileOptions{}); err != nil {
+					if fs, err = file.Open(fmt.Sprintf("%s/level-%d-%d", dir, li, round), file.Options{}); err != nil {
 						return nil, err
 					}
 					st = fs
@@ -400,7 +402,7 @@ func driveService(ctx context.Context, st store.Store, hc *http.Client, runs []*
 
 // healthFloor times n calls of GET /health of the service on a memory store.
 func healthFloor(ctx context.Context, hc *http.Client, n int) (int64, int64, error) {
-	srv, err := server.New(server.Config{Runtime: runtime.Open(store.NewMemory(), runtime.Options{Compile: compile}), Key: server.NewKey()})
+	srv, err := server.New(server.Config{Runtime: runtime.Open(memory.New(), runtime.Options{Compile: compile}), Key: server.NewKey()})
 	if err != nil {
 		return 0, 0, err
 	}

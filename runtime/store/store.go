@@ -65,8 +65,6 @@ var (
 	ErrSeq = errors.New("store: seq out of order")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("store: closed")
-	// ErrLocked is returned by OpenFile when another process holds the directory.
-	ErrLocked = errors.New("store: the directory is in use by another process")
 	// ErrReadOnly is returned by Create and Append on a store opened read-only.
 	ErrReadOnly = errors.New("store: opened read-only")
 )

@@ -1,4 +1,4 @@
-package store
+package file
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lineage-guard/lineage/runtime/store"
 )
 
 // commitReq is a log's request to the committer. Each fileLog embeds one: its
@@ -29,7 +31,7 @@ type commitReq struct {
 // and wakes the whole batch; what arrives meanwhile forms the next batch, so
 // under load one sync covers as many appends as arrived during the previous one.
 type committer struct {
-	s    *File
+	s    *Store
 	mode atomic.Int32 // SyncFiles, SyncFS or SyncJournal; only the run goroutine changes it
 
 	mu    sync.Mutex
@@ -46,7 +48,7 @@ type committer struct {
 	// The journal (SyncJournal), used by the run goroutine only (and by
 	// close, after it has stopped).
 	journal    *os.File
-	jkept      int64 // bytes at the start that checkpoints keep (see File.damaged)
+	jkept      int64 // bytes at the start that checkpoints keep (see Store.damaged)
 	jsize      int64 // bytes of acknowledged entries, jkept included
 	jbuf       []byte
 	checkpoint int64 // journal bytes that trigger a checkpoint
@@ -74,7 +76,7 @@ type loggedRun struct {
 	crc      uint32
 }
 
-func newCommitter(s *File, mode SyncMode, journal *os.File, kept, checkpoint int64) *committer {
+func newCommitter(s *Store, mode SyncMode, journal *os.File, kept, checkpoint int64) *committer {
 	c := &committer{
 		s:          s,
 		done:       make(chan struct{}),
@@ -359,7 +361,7 @@ func (c *committer) checkLogged() error {
 	for l, runs := range c.logged {
 		f, err := os.Open(l.path)
 		if err != nil {
-			errs = append(errs, &DamageError{Agent: l.agent, Path: l.path, Seq: runs[0].first, Offset: runs[0].off,
+			errs = append(errs, &store.DamageError{Agent: l.agent, Path: l.path, Seq: runs[0].first, Offset: runs[0].off,
 				Reason: fmt.Sprintf("the log cannot be read back (%v): the journal, which holds its records from %d, is kept", err, runs[0].first)})
 			continue
 		}
@@ -374,7 +376,7 @@ func (c *committer) checkLogged() error {
 				}
 			}
 			if off != r.end || crc != r.crc {
-				errs = append(errs, &DamageError{Agent: l.agent, Path: l.path, Seq: r.first, Offset: r.off,
+				errs = append(errs, &store.DamageError{Agent: l.agent, Path: l.path, Seq: r.first, Offset: r.off,
 					Reason: "the log changed under the store (cut back or edited) at this record or after it: it no longer holds every record the store acknowledged; the journal, which holds them from here on, is kept, and reopening the store restores them"})
 				break
 			}

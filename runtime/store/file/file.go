@@ -1,4 +1,9 @@
-package store
+// Package file owns the file store: the store.Store that keeps each agent's
+// log as a JSON-lines file in a data directory, with its group commit and
+// journal, its lock, its index file (store.Lister), its checkpoint marks
+// (store.Marks) and its notes of lost records. It knows nothing of hashes,
+// verdicts or state (package runtime's), nor of other backends.
+package file
 
 import (
 	"container/list"
@@ -9,23 +14,25 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lineage-guard/lineage/runtime/internal/index"
+	"github.com/lineage-guard/lineage/runtime/store"
 )
 
-// Ext is the file name extension of a log in a File store's directory.
+// Ext is the file name extension of a log in the store's directory.
 const Ext = ".jsonl"
 
-// SyncMode chooses how the File store's group commit makes a batch durable.
+// SyncMode chooses how the store's group commit makes a batch durable.
 type SyncMode int
 
 const (
 	// SyncDefault is SyncJournal on the file systems where syncfs(2) is known
 	// to be complete (ext4, XFS, Btrfs, tmpfs), SyncFiles elsewhere.
 	SyncDefault SyncMode = iota
-	// SyncFiles fdatasyncs each file of a batch, on FileOptions.SyncWorkers
+	// SyncFiles fdatasyncs each file of a batch, on Options.SyncWorkers
 	// goroutines in parallel.
 	SyncFiles
 	// SyncFS makes a batch durable with one syncfs(2) of the store's file
@@ -35,7 +42,7 @@ const (
 	SyncFS
 	// SyncJournal writes each batch's records to one journal file as well as
 	// to the logs and makes the batch durable with one fdatasync of the
-	// journal; every FileOptions.CheckpointBytes of journal (and on Close) a
+	// journal; every Options.CheckpointBytes of journal (and on Close) a
 	// syncfs makes the logs durable and the journal is emptied. Opening the
 	// store puts back from the journal what a crash of the machine took from
 	// the logs. One fdatasync of one file has a short, steady latency: on
@@ -59,8 +66,8 @@ func (m SyncMode) String() string {
 	return fmt.Sprintf("SyncMode(%d)", int(m))
 }
 
-// FileOptions tunes a File store. The zero value is the default.
-type FileOptions struct {
+// Options tunes a Store. The zero value is the default.
+type Options struct {
 	// Sync is the group commit's way of making a batch durable.
 	Sync SyncMode
 	// SyncWorkers is how many files SyncFiles syncs at once (default 8).
@@ -78,17 +85,30 @@ type FileOptions struct {
 	// WaitForLock waits for another process to release the directory instead
 	// of failing at once with ErrLocked.
 	WaitForLock bool
-	// LockTimeout, with WaitForLock, bounds the wait: after it OpenFile fails
+	// LockTimeout, with WaitForLock, bounds the wait: after it Open fails
 	// with ErrLocked, naming the holder. Zero waits for as long as it takes.
 	LockTimeout time.Duration
 	// OnLockWait, with WaitForLock, is called once, before waiting, when the
 	// directory is found locked: with what the lock file says of its holder.
 	OnLockWait func(holder LockHolder)
+	// ShardAfter is how many logs the directory itself holds before new
+	// logs go to shard directories (default DefaultShardAfter; negative:
+	// every new log does). See docs/stores.md, "The data directory".
+	ShardAfter int
 
 	hooks *fileHooks // tests only: failure injection
 }
 
-// LockName is the lock file a File keeps in its directory.
+var (
+	// ErrLocked is returned by Open when another process holds the directory.
+	ErrLocked = errors.New("store: the directory is in use by another process")
+	// ErrBroken is returned by Append on a log whose earlier write or sync failed
+	// in a way that leaves its durable state unknown; the store refuses further
+	// appends to it until it is reopened (and the operator has looked).
+	ErrBroken = errors.New("store: log unusable after a failed write or sync")
+)
+
+// LockName is the lock file a Store keeps in its directory.
 const LockName = ".lock"
 
 // fileHooks inject failures in tests; production code cannot set them.
@@ -102,9 +122,10 @@ type fileHooks struct {
 	journal func(entries []byte) error
 }
 
-// File is the embedded default Store: a directory holding one JSON-lines file
-// per agent, <agent>.jsonl, one record per line (and, in SyncJournal mode, the
-// journal, JournalName).
+// Store is the embedded default store.Store: a directory holding one
+// JSON-lines file per agent, <agent>.jsonl (in the directory itself or, once
+// it holds many, in a shard directory: see ShardAfter), one record per line
+// (and, in SyncJournal mode, the journal, JournalName).
 //
 // Append writes at the log's known good length and returns once a group
 // commit has made the records durable (in the log, or in the journal from
@@ -115,13 +136,13 @@ type fileHooks struct {
 // line without its newline (a write torn by a crash) is ignored by Scan and cut
 // off before the next Append.
 //
-// One File must own a directory: two stores (or processes) appending to the
+// One Store must own a directory: two stores (or processes) appending to the
 // same directory would corrupt each other's logs.
-type File struct {
+type Store struct {
 	dir     string
 	dirF    *os.File
 	lock    *os.File // the directory's lock, held until Close
-	opts    FileOptions
+	opts    Options
 	logs    sync.Map // agent id → *fileLog
 	handles handles
 	commit  *committer
@@ -138,7 +159,10 @@ type File struct {
 	marksMu   sync.Mutex // guards marksDir
 	marksDir  *os.File   // MarksDir, once StoreMark made it
 
-	idx *index // the indexes (Lister), saved in IndexName at Close
+	idx *index.Index // the indexes (Lister), saved in IndexName at Close
+
+	createMu sync.Mutex   // one Create at a time: where a log goes depends on flat
+	flat     atomic.Int64 // logs in the directory itself (see placeFor)
 
 	closed  atomic.Bool
 	active  atomic.Int64  // calls in progress
@@ -167,10 +191,10 @@ type fileLog struct {
 	req  commitReq     // see commitReq
 }
 
-var _ Store = (*File)(nil)
+var _ store.Store = (*Store)(nil)
 
-// OpenFile opens the File store in dir, creating the directory if needed.
-func OpenFile(dir string, opts FileOptions) (*File, error) {
+// Open opens the file store in dir, creating the directory if needed.
+func Open(dir string, opts Options) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("store: open: empty directory name")
 	}
@@ -212,6 +236,9 @@ func OpenFile(dir string, opts FileOptions) (*File, error) {
 	if opts.CheckpointBytes <= 0 {
 		opts.CheckpointBytes = DefaultCheckpointBytes
 	}
+	if opts.ShardAfter == 0 {
+		opts.ShardAfter = DefaultShardAfter
+	}
 	mode := opts.Sync
 	if mode == SyncDefault || mode == SyncJournal {
 		// The journal needs a complete syncfs(2) for its checkpoints.
@@ -222,15 +249,16 @@ func OpenFile(dir string, opts FileOptions) (*File, error) {
 	}
 	if !opts.ReadOnly {
 		// First records that a crash kept from being renamed into place.
-		if leftovers, _ := filepath.Glob(filepath.Join(dir, createPrefix+"*")); len(leftovers) > 0 {
+		for _, pattern := range []string{createPrefix + "*", filepath.Join("[0-9a-f][0-9a-f]", createPrefix+"*")} {
+			leftovers, _ := filepath.Glob(filepath.Join(dir, pattern))
 			for _, name := range leftovers {
 				os.Remove(name)
 			}
 		}
 	}
-	s := &File{dir: dir, dirF: dirF, lock: lock, opts: opts, drained: make(chan struct{}, 1)}
+	s := &Store{dir: dir, dirF: dirF, lock: lock, opts: opts, drained: make(chan struct{}, 1)}
 	s.handles.max = opts.MaxOpenFiles
-	fail := func(err error) (*File, error) {
+	fail := func(err error) (*Store, error) {
 		dirF.Close()
 		unlockDir(lock, opts.ReadOnly)
 		return nil, err
@@ -243,7 +271,7 @@ func OpenFile(dir string, opts FileOptions) (*File, error) {
 	case opts.ReadOnly:
 		// A writer that crashed may have left records in the journal that
 		// the logs lack; a reader shows them without writing anything.
-		if s.roJournal, err = readOnlyJournal(dir); err != nil {
+		if s.roJournal, err = s.readOnlyJournal(); err != nil {
 			return fail(err)
 		}
 	case mode == SyncJournal:
@@ -285,31 +313,51 @@ func OpenFile(dir string, opts FileOptions) (*File, error) {
 			s.damaged[agent] = err
 		}
 	}
+	logs, err := listLogs(dir)
+	if err != nil {
+		if journal != nil {
+			journal.Close()
+		}
+		return fail(fmt.Errorf("store: list %s: %w", dir, err))
+	}
+	s.flat.Store(int64(logs.flat))
+	for _, agent := range logs.twice {
+		if s.damaged == nil {
+			s.damaged = map[string]error{}
+		}
+		s.damaged[agent] = s.twiceDamage(agent)
+	}
 	s.commit = newCommitter(s, mode, journal, kept, opts.CheckpointBytes)
-	s.idx = s.loadIndex()
+	s.idx = s.loadIndex(logs)
 	return s, nil
 }
 
 // SyncMode returns the way the store makes appends durable: SyncFiles,
 // SyncFS or SyncJournal, never SyncDefault.
-func (s *File) SyncMode() SyncMode { return SyncMode(s.commit.mode.Load()) }
+func (s *Store) SyncMode() SyncMode { return SyncMode(s.commit.mode.Load()) }
 
 // Dir returns the store's directory.
-func (s *File) Dir() string { return s.dir }
+func (s *Store) Dir() string { return s.dir }
 
-// Path returns the file that holds agent's log.
-func (s *File) Path(agent string) string { return filepath.Join(s.dir, agent+Ext) }
+// Path returns the file that holds agent's log or, if it has none, the file
+// a Create of it would make now.
+func (s *Store) Path(agent string) string {
+	if p, err := s.find(agent); err == nil {
+		return p
+	}
+	return s.placeFor(agent)
+}
 
-func (s *File) enter() error {
+func (s *Store) enter() error {
 	s.active.Add(1)
 	if s.closed.Load() {
 		s.exit()
-		return ErrClosed
+		return store.ErrClosed
 	}
 	return nil
 }
 
-func (s *File) exit() {
+func (s *Store) exit() {
 	if s.active.Add(-1) == 0 && s.closed.Load() {
 		select {
 		case s.drained <- struct{}{}:
@@ -319,27 +367,43 @@ func (s *File) exit() {
 }
 
 // Create implements Store.
-func (s *File) Create(agent string) error {
+func (s *Store) Create(agent string) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
 	defer s.exit()
 	if s.opts.ReadOnly {
-		return fmt.Errorf("%w: create %s in %s", ErrReadOnly, agent, s.dir)
+		return fmt.Errorf("%w: create %s in %s", store.ErrReadOnly, agent, s.dir)
 	}
-	if err := checkAgent(agent); err != nil {
+	if err := store.CheckAgent(agent); err != nil {
 		return err
 	}
 	if err := s.damaged[agent]; err != nil {
 		return err // the journal holds records of a log by that name
 	}
-	path := s.Path(agent)
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	if path, err := s.find(agent); err == nil {
+		return fmt.Errorf("%w: %s (%s)", store.ErrExists, agent, path)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("store: %s: create: %w", agent, err)
+	}
+	path := s.placeFor(agent)
+	flat := filepath.Dir(path) == filepath.Clean(s.dir)
+	if !flat {
+		if err := s.makeShard(filepath.Dir(path)); err != nil {
+			return fmt.Errorf("store: %s: create: %w", agent, err)
+		}
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("%w: %s (%s)", ErrExists, agent, path)
+		return fmt.Errorf("%w: %s (%s)", store.ErrExists, agent, path)
 	}
 	if err != nil {
 		return fmt.Errorf("store: %s: create: %w", agent, err)
+	}
+	if flat {
+		s.flat.Add(1)
 	}
 	v, _ := s.logs.LoadOrStore(agent, &fileLog{agent: agent, path: path})
 	l := v.(*fileLog)
@@ -351,6 +415,7 @@ func (s *File) Create(agent string) error {
 		l.f.Close()
 		l.f, l.known = nil, false
 	}
+	l.path = path
 	if l.f == nil {
 		l.f = f
 		s.handles.add(l)
@@ -361,7 +426,7 @@ func (s *File) Create(agent string) error {
 		l.known, l.size, l.count, l.tail, l.nl, l.err = true, 0, 0, false, false, nil
 	}
 	l.created.Store(true)
-	s.idx.create(agent)
+	s.idx.Create(agent)
 	// Nothing is synced: an empty log is not listed after a crash (see
 	// Agents), and the first records make the log durable (appendFirst).
 	return nil
@@ -378,17 +443,17 @@ func sameFile(a, b *os.File) bool {
 
 // log returns agent's fileLog, without opening its file. ErrNotFound if
 // neither this store nor the directory knows the agent.
-func (s *File) log(agent string) (*fileLog, error) {
-	if err := checkAgent(agent); err != nil {
+func (s *Store) log(agent string) (*fileLog, error) {
+	if err := store.CheckAgent(agent); err != nil {
 		return nil, err
 	}
 	if v, ok := s.logs.Load(agent); ok {
 		return v.(*fileLog), nil
 	}
-	path := s.Path(agent)
-	if _, err := os.Lstat(path); err != nil {
+	path, err := s.find(agent)
+	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %s (%s)", ErrNotFound, agent, path)
+			return nil, fmt.Errorf("%w: %s (%s)", store.ErrNotFound, agent, path)
 		}
 		return nil, fmt.Errorf("store: %s: %w", agent, err)
 	}
@@ -397,7 +462,7 @@ func (s *File) log(agent string) (*fileLog, error) {
 }
 
 // open makes sure l.f is open and l's length is known; the caller holds l.mu.
-func (s *File) open(l *fileLog) error {
+func (s *Store) open(l *fileLog) error {
 	if l.f != nil {
 		s.handles.touch(l)
 		return nil
@@ -409,13 +474,13 @@ func (s *File) open(l *fileLog) error {
 	f, err := os.OpenFile(l.path, flag, 0)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%w: %s (%s)", ErrNotFound, l.agent, l.path)
+			return fmt.Errorf("%w: %s (%s)", store.ErrNotFound, l.agent, l.path)
 		}
 		return fmt.Errorf("store: %s: open: %w", l.agent, err)
 	}
 	if !l.known {
 		res, err := scanLines(l.agent, l.path, f, -1, nil)
-		var damage *DamageError
+		var damage *store.DamageError
 		switch {
 		case errors.As(err, &damage):
 			// Scan reads up to the damage and reports it; Append refuses.
@@ -448,13 +513,13 @@ func (s *File) open(l *fileLog) error {
 var writeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
 // Append implements Store.
-func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) (err error) {
+func (s *Store) Append(agent string, firstSeq uint64, recs ...[]byte) (err error) {
 	if err := s.enter(); err != nil {
 		return err
 	}
 	defer s.exit()
 	if s.opts.ReadOnly {
-		return fmt.Errorf("%w: append to %s in %s", ErrReadOnly, agent, s.dir)
+		return fmt.Errorf("%w: append to %s in %s", store.ErrReadOnly, agent, s.dir)
 	}
 	if err := s.damaged[agent]; err != nil {
 		return err
@@ -463,18 +528,18 @@ func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) (err error)
 	if err != nil {
 		return err
 	}
-	total, err := checkRecords(agent, firstSeq, recs)
+	total, err := store.CheckRecords(agent, firstSeq, recs)
 	if err != nil {
 		return err
 	}
 	if s.commit.journal != nil && total+len(recs) > maxEntry {
-		return fmt.Errorf("%w: %s: an append of %d bytes is larger than one journal entry takes (%d)", ErrBadRecord, agent, total+len(recs), maxEntry)
+		return fmt.Errorf("%w: %s: an append of %d bytes is larger than one journal entry takes (%d)", store.ErrBadRecord, agent, total+len(recs), maxEntry)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	defer func() { // under l.mu: the index sees each log's records in order
 		if err == nil && len(recs) > 0 {
-			s.idx.apply(agent, firstSeq, l.size, recs)
+			s.idx.Apply(agent, firstSeq, l.size, recs)
 		}
 	}()
 	if err := s.open(l); err != nil {
@@ -484,7 +549,7 @@ func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) (err error)
 		return l.err
 	}
 	if firstSeq != l.count {
-		return seqError(agent, l.path, firstSeq, l.count)
+		return store.SeqError(agent, l.path, firstSeq, l.count)
 	}
 	if len(recs) == 0 {
 		return nil
@@ -565,9 +630,9 @@ func (s *File) Append(agent string, firstSeq uint64, recs ...[]byte) (err error)
 // any moment leaves the log empty or holding all of them (D41): they go to a
 // temporary file, which is synced and renamed over the empty log, and the
 // directory is synced. The caller holds l.mu; no Scan is reading l.f.
-func (s *File) appendFirst(l *fileLog, recs [][]byte) error {
+func (s *Store) appendFirst(l *fileLog, recs [][]byte) error {
 	b := joinLines(recs)
-	tmp, err := os.CreateTemp(s.dir, createPrefix+l.agent+"-*")
+	tmp, err := os.CreateTemp(filepath.Dir(l.path), createPrefix+l.agent+"-*")
 	if err != nil {
 		return fmt.Errorf("store: %s: append at seq 0: %w", l.agent, err)
 	}
@@ -596,7 +661,7 @@ func (s *File) appendFirst(l *fileLog, recs [][]byte) error {
 	l.f = tmp
 	s.handles.add(l)
 	l.size, l.count, l.tail, l.nl = int64(len(b)), uint64(len(recs)), false, false
-	if err := syncDir(s.dirF); err != nil {
+	if err := s.syncDirOf(l.path); err != nil {
 		// The records are in the log, but whether its new name is durable
 		// is not known: refuse further appends until the store is reopened.
 		l.err = fmt.Errorf("%w: %s: syncing the directory after its first records: %v (%s)", ErrBroken, l.agent, err, l.path)
@@ -606,13 +671,13 @@ func (s *File) appendFirst(l *fileLog, recs [][]byte) error {
 }
 
 // createPrefix starts the name of the temporary file of a log's first
-// records (a leading dot: no agent id can take it). OpenFile removes those a
+// records (a leading dot: no agent id can take it). Open removes those a
 // crash left.
 const createPrefix = ".create-"
 
 // truncate cuts l's file back to l.size and syncs the cut; on failure the log
 // is broken. The caller holds l.mu.
-func (s *File) truncate(l *fileLog, why string) error {
+func (s *Store) truncate(l *fileLog, why string) error {
 	err := l.f.Truncate(l.size)
 	if err == nil {
 		err = l.f.Sync()
@@ -628,12 +693,12 @@ func (s *File) truncate(l *fileLog, why string) error {
 // Scan implements Store. It sees the records acknowledged before it started;
 // fn may append to the log it is scanning. fn must not modify the slice, nor
 // call Close.
-func (s *File) Scan(agent string, fn func(seq uint64, rec []byte) error) error {
+func (s *Store) Scan(agent string, fn func(seq uint64, rec []byte) error) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
 	defer s.exit()
-	if err := checkAgent(agent); err != nil {
+	if err := store.CheckAgent(agent); err != nil {
 		return err
 	}
 	if jl, ok := s.roJournal[agent]; ok {
@@ -642,7 +707,7 @@ func (s *File) Scan(agent string, fn func(seq uint64, rec []byte) error) error {
 	if err := s.damaged[agent]; err != nil {
 		// The records before the damage are intact: passed on, as for
 		// damage found in the log itself.
-		var damage *DamageError
+		var damage *store.DamageError
 		if errors.As(err, &damage) && damage.Seq > 0 {
 			f, ferr := os.Open(damage.Path)
 			if ferr != nil {
@@ -664,7 +729,7 @@ func (s *File) Scan(agent string, fn func(seq uint64, rec []byte) error) error {
 		l.mu.Unlock()
 		return err
 	}
-	f, limit, count := l.f, l.size, l.count
+	f, limit, count, path := l.f, l.size, l.count, l.path
 	l.refs++
 	l.mu.Unlock()
 	defer func() {
@@ -673,7 +738,7 @@ func (s *File) Scan(agent string, fn func(seq uint64, rec []byte) error) error {
 		l.mu.Unlock()
 	}()
 
-	res, err := scanLines(agent, l.path, f, limit, fn)
+	res, err := scanLines(agent, path, f, limit, fn)
 	var stop errStop
 	switch {
 	case errors.As(err, &stop):
@@ -682,7 +747,7 @@ func (s *File) Scan(agent string, fn func(seq uint64, rec []byte) error) error {
 		return err
 	case res.good != limit || res.count < count:
 		return fmt.Errorf("store: %s: the file changed under the store: read %d records in %d bytes, expected %d in %d (%s)",
-			agent, res.count, res.good, count, limit, l.path)
+			agent, res.count, res.good, count, limit, path)
 	}
 	return nil
 }
@@ -690,14 +755,14 @@ func (s *File) Scan(agent string, fn func(seq uint64, rec []byte) error) error {
 // scanWithJournal is Scan, for a read-only store, of a log that a crashed
 // writer's journal continues: what the next writer's replay will make of it
 // (see planReplay), without writing.
-func (s *File) scanWithJournal(agent string, jl journalLog, fn func(seq uint64, rec []byte) error) error {
+func (s *Store) scanWithJournal(agent string, jl journalLog, fn func(seq uint64, rec []byte) error) error {
 	if jl.err != nil {
 		return jl.err
 	}
 	path := s.Path(agent)
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return &DamageError{Agent: agent, Path: path, Reason: fmt.Sprintf("the log is missing, and the journal holds its records from %d", jl.first())}
+		return &store.DamageError{Agent: agent, Path: path, Reason: fmt.Sprintf("the log is missing, and the journal holds its records from %d", jl.first())}
 	}
 	if err != nil {
 		return fmt.Errorf("store: %s: open: %w", agent, err)
@@ -732,7 +797,7 @@ func scanPrefix(agent, path string, r io.ReaderAt, limit int64, n uint64, fn fun
 		return fn(seq, line)
 	})
 	var stop errStop
-	var damage *DamageError
+	var damage *store.DamageError
 	switch {
 	case errors.As(err, &stop) && stop.err == errFound:
 		return nil
@@ -745,30 +810,26 @@ func scanPrefix(agent, path string, r io.ReaderAt, limit int64, n uint64, fn fun
 }
 
 // createdHere says whether this store created agent's log.
-func (s *File) createdHere(agent string) bool {
+func (s *Store) createdHere(agent string) bool {
 	v, ok := s.logs.Load(agent)
 	return ok && v.(*fileLog).created.Load()
 }
 
-// Agents implements Store: the ids of the *.jsonl files in the directory,
-// but for empty ones that this store did not create: an empty log is a Create
-// whose first records never became durable (D41).
-func (s *File) Agents() ([]string, error) {
+// Agents implements store.Store: the ids of the logs in the directory and
+// its shard directories, but for empty ones that this store did not create:
+// an empty log is a Create whose first records never became durable (D41).
+func (s *Store) Agents() ([]string, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
 	defer s.exit()
-	ents, err := os.ReadDir(s.dir)
+	d, err := listLogs(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("store: list %s: %w", s.dir, err)
 	}
 	var ids []string
-	for _, e := range ents {
-		id, ok := strings.CutSuffix(e.Name(), Ext)
-		if !ok || checkAgent(id) != nil {
-			continue
-		}
-		if info, err := e.Info(); err != nil || info.Size() == 0 && !s.createdHere(id) {
+	for id, lf := range d.logs {
+		if info, err := lf.ent.Info(); err != nil || info.Size() == 0 && !s.createdHere(id) {
 			continue // gone since, or an empty log: a create that never got its first records (D41)
 		}
 		ids = append(ids, id)
@@ -779,9 +840,9 @@ func (s *File) Agents() ([]string, error) {
 
 // Close implements Store: it waits for the calls in progress, then closes
 // every file. Later calls of any method, Close included, return ErrClosed.
-func (s *File) Close() error {
+func (s *Store) Close() error {
 	if s.closed.Swap(true) {
-		return ErrClosed
+		return store.ErrClosed
 	}
 	for s.active.Load() > 0 {
 		<-s.drained

@@ -1,4 +1,4 @@
-package store
+package file
 
 import (
 	"bufio"
@@ -16,13 +16,15 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/lineage-guard/lineage/runtime/store"
 )
 
 var syncModes = []SyncMode{SyncFiles, SyncFS, SyncJournal}
 
-func openFile(t testing.TB, dir string, opts FileOptions) *File {
+func openFile(t testing.TB, dir string, opts Options) *Store {
 	t.Helper()
-	s, err := OpenFile(dir, opts)
+	s, err := Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,20 +34,29 @@ func openFile(t testing.TB, dir string, opts FileOptions) *File {
 func TestFile(t *testing.T) {
 	for _, mode := range syncModes {
 		t.Run(mode.String(), func(t *testing.T) {
-			testStore(t, func(t *testing.T) Store {
-				return openFile(t, t.TempDir(), FileOptions{Sync: mode})
+			testStore(t, func(t *testing.T) store.Store {
+				return openFile(t, t.TempDir(), Options{Sync: mode})
 			})
 		})
+		// Every new log in a shard directory, and the first two in the
+		// directory itself, then the others in shard directories.
+		for _, after := range []int{-1, 2} {
+			t.Run(fmt.Sprintf("%v/ShardAfter=%d", mode, after), func(t *testing.T) {
+				testStore(t, func(t *testing.T) store.Store {
+					return openFile(t, t.TempDir(), Options{Sync: mode, ShardAfter: after})
+				})
+			})
+		}
 	}
 }
 
 func TestFileSyncMode(t *testing.T) {
 	for _, mode := range []SyncMode{SyncDefault, SyncFiles, SyncFS, SyncJournal} {
-		s := openFile(t, t.TempDir(), FileOptions{Sync: mode})
+		s := openFile(t, t.TempDir(), Options{Sync: mode})
 		got := s.SyncMode()
 		s.Close()
 		if got != SyncFiles && got != SyncFS && got != SyncJournal || mode != SyncDefault && got != mode && runtime.GOOS == "linux" {
-			t.Errorf("FileOptions{Sync: %v}: store uses %v", mode, got)
+			t.Errorf("Options{Sync: %v}: store uses %v", mode, got)
 		}
 		if mode == SyncDefault {
 			t.Logf("default sync mode here: %v", got)
@@ -55,7 +66,7 @@ func TestFileSyncMode(t *testing.T) {
 
 func TestFileReopen(t *testing.T) {
 	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{})
+	s := openFile(t, dir, Options{})
 	for _, id := range []string{"agt_b", "agt_a"} {
 		mustCreate(t, s, id)
 		mustAppend(t, s, id, 0, 3)
@@ -65,7 +76,7 @@ func TestFileReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s = openFile(t, dir, FileOptions{})
+	s = openFile(t, dir, Options{})
 	defer s.Close()
 	// An empty log is a create whose first records never became durable
 	// (D41): not listed, though it can still be read and appended to.
@@ -74,7 +85,7 @@ func TestFileReopen(t *testing.T) {
 		t.Fatalf("Agents() = %q, %v", ids, err)
 	}
 	// Append first, without a Scan: the store learns the length by itself.
-	if err := s.Append("agt_a", 2, rec("agt_a", 2)); !errors.Is(err, ErrSeq) {
+	if err := s.Append("agt_a", 2, rec("agt_a", 2)); !errors.Is(err, store.ErrSeq) {
 		t.Fatalf("replay after reopen: %v, want ErrSeq", err)
 	}
 	mustAppend(t, s, "agt_a", 3, 2)
@@ -85,7 +96,7 @@ func TestFileReopen(t *testing.T) {
 	if ids, err := s.Agents(); err != nil || strings.Join(ids, ",") != "agt_a,agt_b,agt_empty" {
 		t.Fatalf("Agents() after the first append to agt_empty = %q, %v", ids, err)
 	}
-	if err := s.Create("agt_a"); !errors.Is(err, ErrExists) {
+	if err := s.Create("agt_a"); !errors.Is(err, store.ErrExists) {
 		t.Fatalf("Create after reopen: %v, want ErrExists", err)
 	}
 }
@@ -94,7 +105,7 @@ func TestFileReopen(t *testing.T) {
 // write into the unlinked file after the agent is created again.
 func TestFileDeletedBehindBack(t *testing.T) {
 	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{})
+	s := openFile(t, dir, Options{})
 	defer s.Close()
 	mustCreate(t, s, "agt_a")
 	mustAppend(t, s, "agt_a", 0, 2)
@@ -112,7 +123,7 @@ func TestFileDeletedBehindBack(t *testing.T) {
 // TestFileFormat pins the bytes on disk: one line per record, nothing else.
 func TestFileFormat(t *testing.T) {
 	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{})
+	s := openFile(t, dir, Options{})
 	defer s.Close()
 	mustCreate(t, s, "agt_a")
 	if err := s.Append("agt_a", 0, []byte(`{"seq":0}`), []byte(`{"seq":1}`)); err != nil {
@@ -131,7 +142,7 @@ func TestFileFormat(t *testing.T) {
 // completes (and is in the log) or returns ErrClosed, nothing in between.
 func TestFileCloseWaits(t *testing.T) {
 	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{})
+	s := openFile(t, dir, Options{})
 	const agents = 20
 	acked := make([]uint64, agents)
 	var wg sync.WaitGroup
@@ -141,7 +152,7 @@ func TestFileCloseWaits(t *testing.T) {
 		wg.Go(func() {
 			for seq := uint64(0); ; seq++ {
 				err := s.Append(id, seq, rec(id, seq))
-				if errors.Is(err, ErrClosed) {
+				if errors.Is(err, store.ErrClosed) {
 					return
 				}
 				if err != nil {
@@ -157,7 +168,7 @@ func TestFileCloseWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
-	s = openFile(t, dir, FileOptions{})
+	s = openFile(t, dir, Options{})
 	defer s.Close()
 	for i := range agents {
 		wantLog(t, s, fmt.Sprintf("agt_%02d", i), int(acked[i]))
@@ -171,7 +182,7 @@ func TestFileCloseWaits(t *testing.T) {
 func TestFileTornTail(t *testing.T) {
 	const n = 6
 	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{})
+	s := openFile(t, dir, Options{})
 	mustCreate(t, s, "agt_a")
 	mustAppend(t, s, "agt_a", 0, n)
 	s.Close()
@@ -190,7 +201,7 @@ func TestFileTornTail(t *testing.T) {
 		if err := os.WriteFile(path, orig[:cut], 0o644); err != nil {
 			t.Fatal(err)
 		}
-		s := openFile(t, dir, FileOptions{})
+		s := openFile(t, dir, Options{})
 		wantLog(t, s, "agt_a", n-1)
 		if err := s.Append("agt_a", n-1, next); err != nil {
 			t.Fatalf("cut at %d: Append: %v", cut, err)
@@ -216,7 +227,7 @@ func writeLog(t *testing.T, dir, agent, content string) {
 
 func TestFileDamage(t *testing.T) {
 	dir := t.TempDir()
-	big := strings.Repeat("b", MaxRecord)
+	big := strings.Repeat("b", store.MaxRecord)
 	cases := []struct {
 		name, content string
 		good          int    // records passed to fn before the error
@@ -234,7 +245,7 @@ func TestFileDamage(t *testing.T) {
 	for _, c := range cases {
 		writeLog(t, dir, "agt_"+c.name, c.content)
 	}
-	s := openFile(t, dir, FileOptions{})
+	s := openFile(t, dir, Options{})
 	defer s.Close()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -253,8 +264,8 @@ func TestFileDamage(t *testing.T) {
 				}
 				return
 			}
-			var de *DamageError
-			if !errors.As(err, &de) || !errors.Is(err, ErrDamaged) || de.Seq != uint64(c.good) {
+			var de *store.DamageError
+			if !errors.As(err, &de) || !errors.Is(err, store.ErrDamaged) || de.Seq != uint64(c.good) {
 				t.Fatalf("Scan: %v, want a DamageError at record %d", err, c.good)
 			}
 			prefix := fmt.Sprintf("store: %s: record %d: %s", agent, c.good, c.reason)
@@ -262,7 +273,7 @@ func TestFileDamage(t *testing.T) {
 				t.Fatalf("error %q: want it to start %q and name the file", msg, prefix)
 			}
 			// Appending to a damaged log would bury the damage: refused.
-			if err := s.Append(agent, uint64(c.good), []byte("x")); !errors.Is(err, ErrDamaged) {
+			if err := s.Append(agent, uint64(c.good), []byte("x")); !errors.Is(err, store.ErrDamaged) {
 				t.Fatalf("Append to a damaged log: %v, want ErrDamaged", err)
 			}
 		})
@@ -280,7 +291,7 @@ func TestFileAgentsIgnoresOtherFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeLog(t, dir, "agt_a", "r0\n")
-	s := openFile(t, dir, FileOptions{})
+	s := openFile(t, dir, Options{})
 	defer s.Close()
 	ids, err := s.Agents()
 	if err != nil || strings.Join(ids, ",") != "agt_a" {
@@ -295,26 +306,26 @@ func TestOpenFileErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range []string{"", file, filepath.Join(file, "sub")} {
-		s, err := OpenFile(d, FileOptions{})
+		s, err := Open(d, Options{})
 		if err == nil {
 			s.Close()
-			t.Errorf("OpenFile(%q) succeeded", d)
+			t.Errorf("Open(%q) succeeded", d)
 			continue
 		}
 		if d != "" && !strings.Contains(err.Error(), d) {
-			t.Errorf("OpenFile(%q): %v: does not name the directory", d, err)
+			t.Errorf("Open(%q): %v: does not name the directory", d, err)
 		}
 	}
 	nested := filepath.Join(dir, "a", "b")
-	s := openFile(t, nested, FileOptions{})
+	s := openFile(t, nested, Options{})
 	defer s.Close()
 	if st, err := os.Stat(nested); err != nil || !st.IsDir() {
-		t.Fatalf("OpenFile did not create %s: %v", nested, err)
+		t.Fatalf("Open did not create %s: %v", nested, err)
 	}
 	ents, _ := os.ReadDir(nested)
 	for _, e := range ents {
 		if e.Name() != LockName && e.Name() != JournalName {
-			t.Fatalf("OpenFile left files behind besides its lock and journal: %v", ents)
+			t.Fatalf("Open left files behind besides its lock and journal: %v", ents)
 		}
 	}
 }
@@ -322,20 +333,20 @@ func TestOpenFileErrors(t *testing.T) {
 // TestFileLock: one writer owns a directory; readers share it with each other.
 func TestFileLock(t *testing.T) {
 	dir := t.TempDir()
-	w := openFile(t, dir, FileOptions{})
+	w := openFile(t, dir, Options{})
 	if err := w.Create("agt_a"); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Append("agt_a", 0, []byte(`{"x":1}`)); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := OpenFile(dir, FileOptions{}); !errors.Is(err, ErrLocked) {
+	if s, err := Open(dir, Options{}); !errors.Is(err, ErrLocked) {
 		if s != nil {
 			s.Close()
 		}
 		t.Fatalf("a second writer: %v, want ErrLocked", err)
 	}
-	if s, err := OpenFile(dir, FileOptions{ReadOnly: true}); !errors.Is(err, ErrLocked) {
+	if s, err := Open(dir, Options{ReadOnly: true}); !errors.Is(err, ErrLocked) {
 		if s != nil {
 			s.Close()
 		}
@@ -344,19 +355,19 @@ func TestFileLock(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	r1 := openFile(t, dir, FileOptions{ReadOnly: true})
-	r2 := openFile(t, dir, FileOptions{ReadOnly: true})
+	r1 := openFile(t, dir, Options{ReadOnly: true})
+	r2 := openFile(t, dir, Options{ReadOnly: true})
 	n := 0
 	if err := r2.Scan("agt_a", func(uint64, []byte) error { n++; return nil }); err != nil || n != 1 {
 		t.Fatalf("read-only scan: %d records, %v", n, err)
 	}
-	if err := r1.Append("agt_a", 1, []byte(`{"x":2}`)); !errors.Is(err, ErrReadOnly) {
+	if err := r1.Append("agt_a", 1, []byte(`{"x":2}`)); !errors.Is(err, store.ErrReadOnly) {
 		t.Fatalf("append on a read-only store: %v, want ErrReadOnly", err)
 	}
-	if err := r1.Create("agt_b"); !errors.Is(err, ErrReadOnly) {
+	if err := r1.Create("agt_b"); !errors.Is(err, store.ErrReadOnly) {
 		t.Fatalf("create on a read-only store: %v, want ErrReadOnly", err)
 	}
-	if s, err := OpenFile(dir, FileOptions{}); !errors.Is(err, ErrLocked) {
+	if s, err := Open(dir, Options{}); !errors.Is(err, ErrLocked) {
 		if s != nil {
 			s.Close()
 		}
@@ -364,7 +375,7 @@ func TestFileLock(t *testing.T) {
 	}
 	r1.Close()
 	r2.Close()
-	w2 := openFile(t, dir, FileOptions{})
+	w2 := openFile(t, dir, Options{})
 	if err := w2.Append("agt_a", 1, []byte(`{"x":2}`)); err != nil {
 		t.Fatalf("a writer after the readers left: %v", err)
 	}
@@ -375,7 +386,7 @@ func TestFileLock(t *testing.T) {
 // fails or succeeds cleanly, none panics.
 func TestFileDirGone(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
-	s := openFile(t, dir, FileOptions{})
+	s := openFile(t, dir, Options{})
 	mustCreate(t, s, "agt_a")
 	mustAppend(t, s, "agt_a", 0, 2)
 	if err := os.RemoveAll(dir); err != nil {
@@ -387,20 +398,20 @@ func TestFileDirGone(t *testing.T) {
 	if _, err := s.Agents(); err == nil {
 		t.Errorf("Agents of a removed directory succeeded")
 	}
-	if err := s.Scan("agt_c", func(uint64, []byte) error { return nil }); !errors.Is(err, ErrNotFound) {
+	if err := s.Scan("agt_c", func(uint64, []byte) error { return nil }); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Scan: %v, want ErrNotFound", err)
 	}
 	_ = s.Append("agt_a", 2, rec("agt_a", 2)) // the open handle may still work
 	// A log gone with acknowledged records is damage Close reports (D250 (a
 	// journal outlives a log that lost its records)); nothing else may fail.
-	if err := s.Close(); err != nil && (!errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "agt_a")) {
+	if err := s.Close(); err != nil && (!errors.Is(err, store.ErrDamaged) || !strings.Contains(err.Error(), "agt_a")) {
 		t.Errorf("Close: %v", err)
 	}
 }
 
 func TestFileHandleCap(t *testing.T) {
 	const max, agents = 4, 20
-	s := openFile(t, t.TempDir(), FileOptions{MaxOpenFiles: max})
+	s := openFile(t, t.TempDir(), Options{MaxOpenFiles: max})
 	defer s.Close()
 	id := func(i int) string { return fmt.Sprintf("agt_%02d", i) }
 	for i := range agents {
@@ -425,7 +436,7 @@ func TestFileWriteFailure(t *testing.T) {
 	dir := t.TempDir()
 	var fail atomic.Bool
 	injected := errors.New("injected: no space left on device")
-	opts := FileOptions{hooks: &fileHooks{
+	opts := Options{hooks: &fileHooks{
 		write: func(agent string, f *os.File, b []byte, off int64) (int, error) {
 			if !fail.Load() {
 				return f.WriteAt(b, off)
@@ -466,7 +477,7 @@ func TestFileSyncFailure(t *testing.T) {
 			dir := t.TempDir()
 			var fail atomic.Bool
 			injected := errors.New("injected: EIO")
-			opts := FileOptions{Sync: mode, hooks: &fileHooks{
+			opts := Options{Sync: mode, hooks: &fileHooks{
 				sync: func(agent string) error {
 					if agent == "agt_bad" && fail.Load() {
 						return injected
@@ -498,7 +509,7 @@ func TestFileSyncFailure(t *testing.T) {
 			mustAppend(t, s, "agt_ok", 2, 1)
 			s.Close()
 
-			s = openFile(t, dir, FileOptions{Sync: mode})
+			s = openFile(t, dir, Options{Sync: mode})
 			defer s.Close()
 			mustAppend(t, s, "agt_bad", 2, 1)
 			wantLog(t, s, "agt_bad", 3)
@@ -532,7 +543,7 @@ func crashRec(agent string, seq uint64) []byte {
 
 func crasher(dir string) {
 	const agents = 48
-	s, err := OpenFile(dir, FileOptions{})
+	s, err := Open(dir, Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -635,7 +646,7 @@ func TestFileCrash(t *testing.T) {
 		}
 	}
 
-	s := openFile(t, dir, FileOptions{})
+	s := openFile(t, dir, Options{})
 	defer s.Close()
 	ids, err := s.Agents()
 	if err != nil || len(ids) < len(acked) {
@@ -674,7 +685,7 @@ func TestFileMissingNewline(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			const n = 4
 			dir := t.TempDir()
-			s := openFile(t, dir, FileOptions{Sync: mode})
+			s := openFile(t, dir, Options{Sync: mode})
 			mustCreate(t, s, "agt_a")
 			mustAppend(t, s, "agt_a", 0, n)
 			s.Close()
@@ -693,7 +704,7 @@ func TestFileMissingNewline(t *testing.T) {
 			if err != nil || torn != 0 || seen != n {
 				t.Fatalf("ScanFile: %d records, %d torn bytes, %v; want %d, 0", seen, torn, err, n)
 			}
-			s = openFile(t, dir, FileOptions{Sync: mode})
+			s = openFile(t, dir, Options{Sync: mode})
 			wantLog(t, s, "agt_a", n)
 			mustAppend(t, s, "agt_a", n, 2)
 			wantLog(t, s, "agt_a", n+2)
@@ -707,7 +718,7 @@ func TestFileMissingNewline(t *testing.T) {
 			// The append did not reach the log (a machine crash): the
 			// journal's replay writes the newline too.
 			writeFile(t, filepath.Join(crashed, "agt_a"+Ext), orig[:len(orig)-1])
-			r := openFile(t, crashed, FileOptions{Sync: mode})
+			r := openFile(t, crashed, Options{Sync: mode})
 			defer r.Close()
 			if _, err := os.Stat(filepath.Join(crashed, JournalName)); err == nil && r.SyncMode() == SyncJournal {
 				wantLog(t, r, "agt_a", n+2)
@@ -745,7 +756,7 @@ func copyDir(t testing.TB, src, dst string) {
 const createEnv = "BE_CREATOR"
 
 func creator(dir, prefix string) {
-	s, err := OpenFile(dir, FileOptions{})
+	s, err := Open(dir, Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -772,7 +783,7 @@ func TestFileCreateCrash(t *testing.T) {
 	}
 	const trials = 100
 	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{})
+	s := openFile(t, dir, Options{})
 	before := []string{"agt_old1", "agt_old2", "agt_old3"}
 	for _, id := range before {
 		mustCreate(t, s, id)
@@ -827,7 +838,7 @@ func TestFileCreateCrash(t *testing.T) {
 		}
 
 		// The next writer: every agent it lists opens with whole records.
-		s := openFile(t, dir, FileOptions{})
+		s := openFile(t, dir, Options{})
 		ids, err := s.Agents()
 		if err != nil {
 			t.Fatalf("trial %d: Agents: %v", trial, err)

@@ -1,4 +1,4 @@
-package store
+package file
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ func TestFileIndexReopen(t *testing.T) {
 	for _, damage := range []string{"kept", "missing", "crashed", "damaged", "stale"} {
 		t.Run(damage, func(t *testing.T) {
 			dir := t.TempDir()
-			s := openFile(t, dir, FileOptions{})
+			s := openFile(t, dir, Options{})
 			storetest.Fleet(t, s)
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
@@ -37,8 +37,8 @@ func TestFileIndexReopen(t *testing.T) {
 				// The file says every log is shorter than it is: each is read again.
 				os.WriteFile(idx, []byte(`{"version":1,"agents":[{"agent":"agt_00","status":"alive","count":1,"size":3},{"agent":"agt_gone","status":"alive","count":1,"size":3}],"pending":[{"agent":"agt_00","request_id":"q","seq":9,"tool":"t","args":{},"at":""}]}`), 0o644)
 			}
-			s = openFile(t, dir, FileOptions{})
-			storetest.WantFleet(t, contract.Lists, s)
+			s = openFile(t, dir, Options{})
+			storetest.WantFleet(t, storetest.Default.Lists, s)
 			if diff, err := s.CheckIndex(); err != nil || len(diff) != 0 {
 				t.Errorf("CheckIndex: %q, %v", diff, err)
 			}
@@ -55,7 +55,7 @@ func TestFileIndexReopen(t *testing.T) {
 // CheckIndex finds what an open store missed.
 func TestFileIndexChangedBehindTheStore(t *testing.T) {
 	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{})
+	s := openFile(t, dir, Options{})
 	storetest.Fleet(t, s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestFileIndexChangedBehindTheStore(t *testing.T) {
 	}
 	f.Write(append(storetest.Action(2, "late", "deploy", `{}`, "pending"), '\n'))
 	f.Close()
-	s = openFile(t, dir, FileOptions{ReadOnly: true})
+	s = openFile(t, dir, Options{ReadOnly: true})
 	if diff, _ := s.CheckIndexOf("agt_02"); len(diff) == 0 {
 		t.Error("CheckIndexOf found nothing of a log changed behind a cleanly closed store")
 	}
@@ -75,8 +75,8 @@ func TestFileIndexChangedBehindTheStore(t *testing.T) {
 	if err := os.Rename(filepath.Join(dir, IndexName), filepath.Join(dir, IndexName+".open")); err != nil {
 		t.Fatal(err)
 	}
-	s = openFile(t, dir, FileOptions{})
-	rows := storetest.AllPending(t, contract.Lists, s, 10)
+	s = openFile(t, dir, Options{})
+	rows := storetest.AllPending(t, storetest.Default.Lists, s, 10)
 	if len(rows) != 4 || rows[1] != `agt_02 nagt_02 late 2 deploy 7 2026-12-02T03:00:02Z {}` {
 		t.Errorf("pending after a change behind the store: %q", rows)
 	}
@@ -94,7 +94,7 @@ func TestFileIndexChangedBehindTheStore(t *testing.T) {
 // it noted is caught by CheckIndexOf (what `lineagec verify` runs).
 func TestFileIndexCheckIndexOf(t *testing.T) {
 	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{})
+	s := openFile(t, dir, Options{})
 	storetest.Fleet(t, s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -106,7 +106,7 @@ func TestFileIndexCheckIndexOf(t *testing.T) {
 	}
 	b = bytes.Replace(b, []byte(`"name":"nagt_02"`), []byte(`"name":"wrong!!"`), 1)
 	os.WriteFile(path, b, 0o644)
-	s = openFile(t, dir, FileOptions{ReadOnly: true})
+	s = openFile(t, dir, Options{ReadOnly: true})
 	defer s.Close()
 	if diff, err := s.CheckIndexOf("agt_02"); err != nil || len(diff) != 1 || !strings.Contains(diff[0], "wrong!!") {
 		t.Errorf("CheckIndexOf(agt_02) = %q, %v; want the wrong name", diff, err)

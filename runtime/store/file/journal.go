@@ -1,4 +1,4 @@
-package store
+package file
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+
+	"github.com/lineage-guard/lineage/runtime/store"
 )
 
 // The journal (SyncJournal) makes appends durable with one fdatasync of one
@@ -38,7 +40,7 @@ import (
 // the entries it hits: reading resumes at the next whole entry, and opening
 // the store keeps every record the logs hold intact (see planReplay).
 
-// JournalName is the journal's file name in a File store's directory (a
+// JournalName is the journal's file name in the store's directory (a
 // leading dot: no agent id can take it).
 const JournalName = ".journal"
 
@@ -122,8 +124,8 @@ func parseEntry(data []byte) (journalEntry, int, bool) {
 	}
 	payload := data[entryHeader : entryHeader+int(n)]
 	al := int(binary.LittleEndian.Uint16(payload))
-	if al < 1 || al > MaxAgentID || len(payload) < 2+al+8+2 || payload[len(payload)-1] != '\n' ||
-		!validAgent(payload[2:2+al]) {
+	if al < 1 || al > store.MaxAgentID || len(payload) < 2+al+8+2 || payload[len(payload)-1] != '\n' ||
+		store.CheckAgent(string(payload[2:2+al])) != nil {
 		return journalEntry{}, 0, false
 	}
 	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(data[4:]) {
@@ -146,7 +148,7 @@ func parseEntry(data []byte) (journalEntry, int, bool) {
 // or lacking records the journal lost too) stays in the journal, at its start:
 // it returns the size of that part, which checkpoints keep, and the damage by
 // agent, which the store reports for those agents.
-func (s *File) openJournal() (f *os.File, kept int64, damaged map[string]error, err error) {
+func (s *Store) openJournal() (f *os.File, kept int64, damaged map[string]error, err error) {
 	path := filepath.Join(s.dir, JournalName)
 	f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -167,7 +169,7 @@ func (s *File) openJournal() (f *os.File, kept int64, damaged map[string]error, 
 	for _, agent := range journalAgents(entries) {
 		mine := entriesOf(entries, agent)
 		if err := s.replayLog(agent, journalLogOf(agent, s.Path(agent), mine)); err != nil {
-			var damage *DamageError
+			var damage *store.DamageError
 			if !errors.As(err, &damage) {
 				f.Close()
 				return nil, 0, nil, err
@@ -217,15 +219,15 @@ func syncLogs(d *os.File) error {
 	if syncfsTrusted(d) && syncfs(d) == nil {
 		return nil
 	}
-	names, err := os.ReadDir(d.Name())
+	logs, err := listLogs(d.Name())
 	if err != nil {
 		return err
 	}
-	for _, n := range names {
-		if !n.Type().IsRegular() || filepath.Ext(n.Name()) != Ext {
+	for _, lf := range logs.logs {
+		if !lf.ent.Type().IsRegular() {
 			continue
 		}
-		f, err := os.OpenFile(filepath.Join(d.Name(), n.Name()), os.O_RDWR, 0)
+		f, err := os.OpenFile(lf.path, os.O_RDWR, 0)
 		if err != nil {
 			return err
 		}
@@ -317,7 +319,7 @@ func journalLogOf(agent, path string, entries []journalEntry) journalLog {
 				continue
 			}
 			if e.firstSeq < end {
-				jl.err = &DamageError{Agent: agent, Path: path, Seq: e.firstSeq,
+				jl.err = &store.DamageError{Agent: agent, Path: path, Seq: e.firstSeq,
 					Reason: fmt.Sprintf("the journal holds record %d twice", e.firstSeq)}
 				return jl
 			}
@@ -402,7 +404,7 @@ func planReplay(agent, path string, r io.ReaderAt, size int64, jl journalLog) (r
 		return nil
 	})
 	var stop errStop
-	var damage *DamageError
+	var damage *store.DamageError
 	diverged := true
 	switch {
 	case errors.As(err, &stop) && stop.err == errFound:
@@ -418,7 +420,7 @@ func planReplay(agent, path string, r io.ReaderAt, size int64, jl journalLog) (r
 		p.cut, p.nl = res.good, res.unterminated
 	}
 	if p.keep < first {
-		return p, &DamageError{Agent: agent, Path: path, Seq: p.keep, Offset: p.cut,
+		return p, &store.DamageError{Agent: agent, Path: path, Seq: p.keep, Offset: p.cut,
 			Reason: fmt.Sprintf("the log ends before record %d, which the journal continues", first)}
 	}
 	for seq := p.keep; ; seq++ {
@@ -431,7 +433,7 @@ func planReplay(agent, path string, r io.ReaderAt, size int64, jl journalLog) (r
 	end := p.keep + uint64(len(p.write))
 	if end < jl.end() {
 		next := jl.next(end)
-		p.lost = &DamageError{Agent: agent, Path: path, Seq: end, Offset: p.cut + int64(len(joinLines(p.write))),
+		p.lost = &store.DamageError{Agent: agent, Path: path, Seq: end, Offset: p.cut + int64(len(joinLines(p.write))),
 			Reason: fmt.Sprintf("records %d to %d are lost: the journal was damaged where it held them and the log lacks them (the journal keeps records %d on)", end, next-1, next)}
 	}
 	p.trunc = size > p.cut && (len(p.write) > 0 || diverged && p.lost == nil)
@@ -441,14 +443,14 @@ func planReplay(agent, path string, r io.ReaderAt, size int64, jl journalLog) (r
 // replayLog makes agent's log what planReplay says, and durable. Running it
 // twice (a crash during replay) gives the same log. Records lost from every
 // copy are returned as a *DamageError, after the log is repaired up to them.
-func (s *File) replayLog(agent string, jl journalLog) error {
+func (s *Store) replayLog(agent string, jl journalLog) error {
 	if jl.err != nil {
 		return jl.err
 	}
 	path := s.Path(agent)
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) {
-		return &DamageError{Agent: agent, Path: path, Seq: 0, Reason: "the log is missing, and the journal holds its records from " + fmt.Sprint(jl.first())}
+		return &store.DamageError{Agent: agent, Path: path, Seq: 0, Reason: "the log is missing, and the journal holds its records from " + fmt.Sprint(jl.first())}
 	}
 	if err != nil {
 		return fmt.Errorf("store: journal: %s: %w", agent, err)
@@ -487,8 +489,8 @@ func (s *File) replayLog(agent string, jl journalLog) error {
 // readOnlyJournal returns, for a read-only store, the records its journal
 // holds by agent, so that Scan shows what a writer acknowledged even if the
 // machine crashed before the logs were synced. Nil if there is no journal.
-func readOnlyJournal(dir string) (map[string]journalLog, error) {
-	f, err := os.Open(filepath.Join(dir, JournalName))
+func (s *Store) readOnlyJournal() (map[string]journalLog, error) {
+	f, err := os.Open(filepath.Join(s.dir, JournalName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -502,7 +504,7 @@ func readOnlyJournal(dir string) (map[string]journalLog, error) {
 	}
 	out := map[string]journalLog{}
 	for _, agent := range journalAgents(entries) {
-		out[agent] = journalLogOf(agent, filepath.Join(dir, agent+Ext), entriesOf(entries, agent))
+		out[agent] = journalLogOf(agent, s.Path(agent), entriesOf(entries, agent))
 	}
 	return out, nil
 }

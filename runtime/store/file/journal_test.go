@@ -1,4 +1,4 @@
-package store
+package file
 
 import (
 	"bytes"
@@ -11,9 +11,11 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/lineage-guard/lineage/runtime/store"
 )
 
-func openJournaled(t testing.TB, dir string, opts FileOptions) *File {
+func openJournaled(t testing.TB, dir string, opts Options) *Store {
 	t.Helper()
 	opts.Sync = SyncJournal
 	s := openFile(t, dir, opts)
@@ -47,7 +49,7 @@ func writeFile(t testing.TB, path string, b []byte) {
 // the journal (an append that was never acknowledged).
 func crashedStore(t *testing.T) string {
 	dir := t.TempDir()
-	s := openJournaled(t, dir, FileOptions{})
+	s := openJournaled(t, dir, Options{})
 	mustCreate(t, s, "agt_a")
 	mustCreate(t, s, "agt_b")
 	mustAppend(t, s, "agt_a", 0, 2)
@@ -77,7 +79,7 @@ func crashedStore(t *testing.T) string {
 // ignores the torn journal entry, and empties the journal.
 func TestJournalRecoversMachineCrash(t *testing.T) {
 	dir := crashedStore(t)
-	s := openJournaled(t, dir, FileOptions{})
+	s := openJournaled(t, dir, Options{})
 	defer s.Close()
 	wantLog(t, s, "agt_a", 5)
 	wantLog(t, s, "agt_b", 3)
@@ -96,7 +98,7 @@ func TestJournalReadOnly(t *testing.T) {
 	for _, name := range []string{"agt_a.jsonl", "agt_b.jsonl", JournalName} {
 		before[name] = readFile(t, filepath.Join(dir, name))
 	}
-	r := openFile(t, dir, FileOptions{ReadOnly: true})
+	r := openFile(t, dir, Options{ReadOnly: true})
 	wantLog(t, r, "agt_a", 5)
 	wantLog(t, r, "agt_b", 3)
 	r.Close()
@@ -106,7 +108,7 @@ func TestJournalReadOnly(t *testing.T) {
 		}
 	}
 
-	w := openFile(t, dir, FileOptions{Sync: SyncFS})
+	w := openFile(t, dir, Options{Sync: SyncFS})
 	wantLog(t, w, "agt_a", 5)
 	wantLog(t, w, "agt_b", 3)
 	w.Close()
@@ -121,7 +123,7 @@ func TestJournalReadOnly(t *testing.T) {
 // reopening) for whoever repairs it.
 func TestJournalGap(t *testing.T) {
 	dir := t.TempDir()
-	s := openJournaled(t, dir, FileOptions{})
+	s := openJournaled(t, dir, Options{})
 	mustCreate(t, s, "agt_a")
 	mustCreate(t, s, "agt_b")
 	mustAppend(t, s, "agt_a", 0, 1)
@@ -129,8 +131,8 @@ func TestJournalGap(t *testing.T) {
 	gap := appendEntry(nil, "agt_a", 3, append(rec("agt_a", 3), '\n'))
 	writeFile(t, filepath.Join(dir, JournalName), gap)
 	for round := 0; round < 2; round++ {
-		s = openJournaled(t, dir, FileOptions{CheckpointBytes: 200})
-		var damage *DamageError
+		s = openJournaled(t, dir, Options{CheckpointBytes: 200})
+		var damage *store.DamageError
 		if err := s.Scan("agt_a", func(uint64, []byte) error { return nil }); !errors.As(err, &damage) || damage.Agent != "agt_a" || damage.Seq != 1 {
 			t.Fatalf("round %d: scan of agt_a: %v, want damage at record 1", round, err)
 		}
@@ -148,9 +150,9 @@ func TestJournalGap(t *testing.T) {
 			t.Fatalf("round %d: the journal is %q, want the damaged log's entry kept", round, j)
 		}
 	}
-	r := openFile(t, dir, FileOptions{ReadOnly: true})
+	r := openFile(t, dir, Options{ReadOnly: true})
 	defer r.Close()
-	var damage *DamageError
+	var damage *store.DamageError
 	if err := r.Scan("agt_a", func(uint64, []byte) error { return nil }); !errors.As(err, &damage) || damage.Seq != 1 {
 		t.Fatalf("read-only scan: %v, want damage at record 1", err)
 	}
@@ -162,14 +164,14 @@ func TestJournalGap(t *testing.T) {
 // log is rewritten from the journal's first record on, not trusted by count.
 func TestJournalHoleInLog(t *testing.T) {
 	dir := t.TempDir()
-	s := openJournaled(t, dir, FileOptions{})
+	s := openJournaled(t, dir, Options{})
 	mustCreate(t, s, "agt_a")
 	s.Close() // a checkpoint: nothing in the journal
-	s = openJournaled(t, dir, FileOptions{})
+	s = openJournaled(t, dir, Options{})
 	mustAppend(t, s, "agt_a", 0, 2)
 	s.Close() // records 0-1 durable
 	synced := readFile(t, s.Path("agt_a"))
-	s = openJournaled(t, dir, FileOptions{})
+	s = openJournaled(t, dir, Options{})
 	for seq := uint64(2); seq < 5; seq++ {
 		mustAppend(t, s, "agt_a", seq, 1)
 	}
@@ -185,16 +187,16 @@ func TestJournalHoleInLog(t *testing.T) {
 
 	// Other shapes of a lost tail: zeros longer than a record may be (the
 	// scan calls that damage), and a stale newline where record 2 starts.
-	long := append(append([]byte(nil), synced...), make([]byte, MaxRecord+10)...)
+	long := append(append([]byte(nil), synced...), make([]byte, store.MaxRecord+10)...)
 	stale := append(append([]byte(nil), synced...), "\n{\"stale\":1}\n"...)
 	for name, log := range map[string][]byte{"hole": crashed, "long zeros": long, "stale newline": stale} {
 		writeFile(t, s.Path("agt_a"), log)
 		writeFile(t, filepath.Join(dir, JournalName), journal)
-		r := openFile(t, dir, FileOptions{ReadOnly: true}) // the reader's view, without writing
+		r := openFile(t, dir, Options{ReadOnly: true}) // the reader's view, without writing
 		wantLog(t, r, "agt_a", 5)
 		r.Close()
 		for i := 0; i < 2; i++ { // the second time as if the first replay had been cut short
-			s = openJournaled(t, dir, FileOptions{})
+			s = openJournaled(t, dir, Options{})
 			if got := scanAll(t, s, "agt_a"); len(got) != 5 {
 				t.Fatalf("%s: %d records after replay %d, want 5", name, len(got), i)
 			}
@@ -210,11 +212,11 @@ func TestJournalHoleInLog(t *testing.T) {
 func TestJournalRefusesHugeAppend(t *testing.T) {
 	defer func(old int) { maxEntry = old }(maxEntry)
 	maxEntry = 300
-	s := openJournaled(t, t.TempDir(), FileOptions{})
+	s := openJournaled(t, t.TempDir(), Options{})
 	defer s.Close()
 	mustCreate(t, s, "agt_a")
 	mustAppend(t, s, "agt_a", 0, 1)
-	if err := s.Append("agt_a", 1, rec("agt_a", 1), rec("agt_a", 2), rec("agt_a", 3), rec("agt_a", 4)); !errors.Is(err, ErrBadRecord) {
+	if err := s.Append("agt_a", 1, rec("agt_a", 1), rec("agt_a", 2), rec("agt_a", 3), rec("agt_a", 4)); !errors.Is(err, store.ErrBadRecord) {
 		t.Fatalf("a 4-record append over the entry limit: %v, want ErrBadRecord", err)
 	}
 	mustAppend(t, s, "agt_a", 1, 1)
@@ -227,17 +229,17 @@ func TestJournalRefusesHugeAppend(t *testing.T) {
 func TestJournalMissingOrDamagedLog(t *testing.T) {
 	for _, mode := range []SyncMode{SyncJournal, SyncFiles} {
 		dir := t.TempDir()
-		s := openJournaled(t, dir, FileOptions{})
+		s := openJournaled(t, dir, Options{})
 		for _, id := range []string{"agt_a", "agt_b", "agt_c"} {
 			mustCreate(t, s, id)
 		}
 		s.Close()
-		s = openJournaled(t, dir, FileOptions{})
+		s = openJournaled(t, dir, Options{})
 		mustAppend(t, s, "agt_a", 0, 2)
 		mustAppend(t, s, "agt_b", 0, 2)
 		mustAppend(t, s, "agt_c", 0, 1)
 		s.Close()
-		s = openJournaled(t, dir, FileOptions{})
+		s = openJournaled(t, dir, Options{})
 		mustAppend(t, s, "agt_a", 2, 1)
 		mustAppend(t, s, "agt_b", 2, 1)
 		mustAppend(t, s, "agt_c", 1, 1)
@@ -247,12 +249,12 @@ func TestJournalMissingOrDamagedLog(t *testing.T) {
 		os.Remove(s.Path("agt_b"))                                                           // gone
 		writeFile(t, s.Path("agt_c"), append([]byte("\n"), readFile(t, s.Path("agt_c"))...)) // damaged before record 1
 
-		w, err := OpenFile(dir, FileOptions{Sync: mode})
+		w, err := Open(dir, Options{Sync: mode})
 		if err != nil {
 			t.Fatalf("%v: open: %v", mode, err)
 		}
 		wantLog(t, w, "agt_a", 3)
-		var damage *DamageError
+		var damage *store.DamageError
 		for _, id := range []string{"agt_b", "agt_c"} {
 			if err := w.Scan(id, func(uint64, []byte) error { return nil }); !errors.As(err, &damage) || damage.Agent != id {
 				t.Errorf("%v: scan of %s: %v, want its damage", mode, id, err)
@@ -272,7 +274,7 @@ func TestJournalMissingOrDamagedLog(t *testing.T) {
 // logs does not hold a descriptor per log.
 func TestJournalReplayOpensOneLogAtATime(t *testing.T) {
 	dir := t.TempDir()
-	s := openJournaled(t, dir, FileOptions{MaxOpenFiles: 32})
+	s := openJournaled(t, dir, Options{MaxOpenFiles: 32})
 	const n = 300
 	for i := 0; i < n; i++ {
 		id := fmt.Sprintf("agt_%03d", i)
@@ -293,7 +295,7 @@ func TestJournalReplayOpensOneLogAtATime(t *testing.T) {
 		t.Skip(err)
 	}
 	defer syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
-	s = openJournaled(t, dir, FileOptions{MaxOpenFiles: 32})
+	s = openJournaled(t, dir, Options{MaxOpenFiles: 32})
 	defer s.Close()
 	wantLog(t, s, "agt_299", 2)
 }
@@ -303,7 +305,7 @@ func TestJournalReplayOpensOneLogAtATime(t *testing.T) {
 func TestJournalSyncFailureNotRevived(t *testing.T) {
 	dir := t.TempDir()
 	fail := false
-	s := openJournaled(t, dir, FileOptions{hooks: &fileHooks{sync: func(string) error {
+	s := openJournaled(t, dir, Options{hooks: &fileHooks{sync: func(string) error {
 		if fail {
 			return errors.New("injected sync failure")
 		}
@@ -318,7 +320,7 @@ func TestJournalSyncFailureNotRevived(t *testing.T) {
 	journal := readFile(t, filepath.Join(dir, JournalName))
 	s.Close()
 	writeFile(t, filepath.Join(dir, JournalName), journal)
-	s = openJournaled(t, dir, FileOptions{})
+	s = openJournaled(t, dir, Options{})
 	defer s.Close()
 	wantLog(t, s, "agt_a", 2)
 }
@@ -327,7 +329,7 @@ func TestJournalSyncFailureNotRevived(t *testing.T) {
 // nothing is lost across checkpoints and a reopen.
 func TestJournalCheckpoint(t *testing.T) {
 	dir := t.TempDir()
-	s := openJournaled(t, dir, FileOptions{CheckpointBytes: 1024})
+	s := openJournaled(t, dir, Options{CheckpointBytes: 1024})
 	mustCreate(t, s, "agt_a")
 	for seq := uint64(0); seq < 60; seq++ {
 		mustAppend(t, s, "agt_a", seq, 1)
@@ -339,7 +341,7 @@ func TestJournalCheckpoint(t *testing.T) {
 		t.Errorf("%d checkpoints over 60 records of about 100 bytes, want several", n)
 	}
 	s.Close()
-	s = openJournaled(t, dir, FileOptions{})
+	s = openJournaled(t, dir, Options{})
 	defer s.Close()
 	wantLog(t, s, "agt_a", 60)
 }
@@ -349,7 +351,7 @@ func TestJournalCheckpoint(t *testing.T) {
 func TestJournalFailure(t *testing.T) {
 	dir := t.TempDir()
 	fail := false
-	s := openJournaled(t, dir, FileOptions{hooks: &fileHooks{journal: func([]byte) error {
+	s := openJournaled(t, dir, Options{hooks: &fileHooks{journal: func([]byte) error {
 		if fail {
 			return errors.New("injected journal failure")
 		}
@@ -372,7 +374,7 @@ func TestJournalFailure(t *testing.T) {
 	journal := readFile(t, filepath.Join(dir, JournalName))
 	s.Close()
 	writeFile(t, filepath.Join(dir, JournalName), journal) // as if the machine crashed here
-	s = openJournaled(t, dir, FileOptions{})
+	s = openJournaled(t, dir, Options{})
 	defer s.Close()
 	wantLog(t, s, "agt_a", 2)
 	wantLog(t, s, "agt_b", 1)
@@ -402,7 +404,7 @@ func TestReadJournalGarbage(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, e := range entries {
-			if checkAgent(e.agent) != nil || len(e.lines) == 0 {
+			if store.CheckAgent(e.agent) != nil || len(e.lines) == 0 {
 				t.Fatalf("entry %+v from %x", e, b)
 			}
 		}
@@ -424,7 +426,7 @@ type sweepImage struct {
 func newSweepImage(t *testing.T, perAgent int) sweepImage {
 	dir := t.TempDir()
 	agents := []string{"agt_a", "agt_b", "agt_c", "agt_d"}
-	s := openJournaled(t, dir, FileOptions{})
+	s := openJournaled(t, dir, Options{})
 	for _, id := range agents {
 		mustCreate(t, s, id)
 		mustAppend(t, s, id, 0, 2)
@@ -434,7 +436,7 @@ func newSweepImage(t *testing.T, perAgent int) sweepImage {
 	for _, id := range agents {
 		img.durable[id] = readFile(t, s.Path(id))
 	}
-	s = openJournaled(t, dir, FileOptions{})
+	s = openJournaled(t, dir, Options{})
 	var wg sync.WaitGroup
 	for _, id := range agents {
 		wg.Go(func() {
@@ -487,7 +489,7 @@ func (img sweepImage) check(t *testing.T, dir, what string, intactLogs, writer b
 		modes = append(modes, false)
 	}
 	for _, ro := range modes {
-		s, err := OpenFile(dir, FileOptions{ReadOnly: ro, Sync: SyncJournal})
+		s, err := Open(dir, Options{ReadOnly: ro, Sync: SyncJournal})
 		if err != nil {
 			t.Fatalf("%s: open (read-only %v): %v", what, ro, err)
 		}
@@ -500,7 +502,7 @@ func (img sweepImage) check(t *testing.T, dir, what string, intactLogs, writer b
 				got++
 				return nil
 			})
-			var damage *DamageError
+			var damage *store.DamageError
 			switch {
 			case got == n && err == nil:
 			case intactLogs:

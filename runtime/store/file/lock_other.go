@@ -1,12 +1,12 @@
 //go:build !unix
 
-package store
+package file
 
 import "os"
 
 // lockDir is a no-op where flock(2) is not available: there, do not open one
 // directory from two processes at the same time.
-func lockDir(path string, opts FileOptions) (*os.File, error) { return nil, nil }
+func lockDir(path string, opts Options) (*os.File, error) { return nil, nil }
 
 func unlockDir(f *os.File, shared bool) {}
 

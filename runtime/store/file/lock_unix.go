@@ -1,6 +1,6 @@
 //go:build unix
 
-package store
+package file
 
 import (
 	"errors"
@@ -11,13 +11,13 @@ import (
 	"time"
 )
 
-// lockDir takes the advisory lock that makes one File the only writer of a
+// lockDir takes the advisory lock that makes one Store the only writer of a
 // directory: exclusive for a store that appends, shared for a read-only one.
 // A held lock is ErrLocked at once, unless opts.WaitForLock: then it polls,
 // calls opts.OnLockWait once with the holder, and gives up with ErrLocked
 // after opts.LockTimeout (if set). The exclusive holder writes its pid and
 // command into the lock file, for whoever waits (D43).
-func lockDir(path string, opts FileOptions) (*os.File, error) {
+func lockDir(path string, opts Options) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("store: lock %s: %w", path, err)

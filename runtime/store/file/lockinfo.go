@@ -1,4 +1,4 @@
-package store
+package file
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// LockHolder is what a File store's lock file says of the process that holds
+// LockHolder is what a Store's lock file says of the process that holds
 // the directory for writing: the note it wrote there when it took the lock.
 // The zero value is a holder that left no note (a reader: any number may
 // share the lock, and none writes one).

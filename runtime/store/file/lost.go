@@ -1,4 +1,4 @@
-package store
+package file
 
 import (
 	"encoding/json"
@@ -8,9 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/lineage-guard/lineage/runtime/store"
 )
 
-// LostDir is the directory, in a File store's, of the notes Close leaves for
+// LostDir is the directory, in the store's, of the notes Close leaves for
 // logs it found shorter than what the store acknowledged (cut back or removed
 // under it): <agent>.json, {"count","size"}. While a note stands, opening
 // the store reports the log as damage from its first lost record, until the
@@ -27,7 +29,7 @@ type lostNote struct {
 // what the store acknowledged; a log found shorter (or gone) is noted in
 // LostDir and returned as damage from its first lost record. The caller
 // holds l.mu.
-func (s *File) noteIfShrunk(l *fileLog) error {
+func (s *Store) noteIfShrunk(l *fileLog) error {
 	if s.opts.ReadOnly || !l.known || l.count == 0 {
 		return nil
 	}
@@ -39,7 +41,7 @@ func (s *File) noteIfShrunk(l *fileLog) error {
 		return fmt.Errorf("store: %s: %w", l.agent, err)
 	}
 	have, off := countRecords(l.agent, l.path)
-	damage := &DamageError{Agent: l.agent, Path: l.path, Seq: have, Offset: off,
+	damage := &store.DamageError{Agent: l.agent, Path: l.path, Seq: have, Offset: off,
 		Reason: fmt.Sprintf("the log was cut back under the store: it holds %d records, and the store acknowledged %d", have, l.count)}
 	b, _ := json.Marshal(lostNote{Count: l.count, Size: l.size})
 	if err := os.Mkdir(filepath.Join(s.dir, LostDir), 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
@@ -68,7 +70,7 @@ func countRecords(agent, path string) (uint64, int64) {
 	}
 	defer f.Close()
 	res, err := scanLines(agent, path, f, -1, nil)
-	var damage *DamageError
+	var damage *store.DamageError
 	if errors.As(err, &damage) {
 		return damage.Seq, damage.Offset
 	}
@@ -87,7 +89,7 @@ func syncPath(dir string) error {
 // readLost returns the damage of every log a note in LostDir says lost
 // records that it still lacks; a writable store removes the notes of logs
 // that hold their records again.
-func (s *File) readLost() (map[string]error, error) {
+func (s *Store) readLost() (map[string]error, error) {
 	ents, err := os.ReadDir(filepath.Join(s.dir, LostDir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -98,7 +100,7 @@ func (s *File) readLost() (map[string]error, error) {
 	out := map[string]error{}
 	for _, e := range ents {
 		agent, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || checkAgent(agent) != nil {
+		if !ok || store.CheckAgent(agent) != nil {
 			continue // a temporary file a crash left
 		}
 		notePath := filepath.Join(s.dir, LostDir, e.Name())
@@ -109,7 +111,7 @@ func (s *File) readLost() (map[string]error, error) {
 		var n lostNote
 		path := s.Path(agent)
 		if err := json.Unmarshal(b, &n); err != nil || n.Count == 0 {
-			out[agent] = &DamageError{Agent: agent, Path: path, Offset: -1,
+			out[agent] = &store.DamageError{Agent: agent, Path: path, Offset: -1,
 				Reason: fmt.Sprintf("the note of records this log lost (%s) cannot be read: %q", notePath, b)}
 			continue
 		}
@@ -122,7 +124,7 @@ func (s *File) readLost() (map[string]error, error) {
 			}
 			continue
 		}
-		out[agent] = &DamageError{Agent: agent, Path: path, Seq: have, Offset: off,
+		out[agent] = &store.DamageError{Agent: agent, Path: path, Seq: have, Offset: off,
 			Reason: fmt.Sprintf("records %d to %d are lost: the log was cut back under the store, which had acknowledged %d records, and no copy holds them (put the log back from a backup, or remove %s to accept the loss)",
 				have, n.Count-1, n.Count, notePath)}
 	}

@@ -1,4 +1,4 @@
-package store
+package file
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/lineage-guard/lineage/runtime/store"
 )
 
 const (
@@ -20,26 +22,26 @@ const (
 // (D253 (the signed size kept in the data directory)).
 func TestFileMarks(t *testing.T) {
 	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{})
-	if m, err := s.LoadMark("agt_a"); err != nil || m != (Mark{}) {
+	s := openFile(t, dir, Options{})
+	if m, err := s.LoadMark("agt_a"); err != nil || m != (store.Mark{}) {
 		t.Fatalf("LoadMark of an agent never signed: %+v %v", m, err)
 	}
-	if err := s.StoreMark("agt_a", Mark{Size: 6, Head: headA}); err != nil {
+	if err := s.StoreMark("agt_a", store.Mark{Size: 6, Head: headA}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.StoreMark("agt_a", Mark{Size: 3, Head: headB}); err != nil {
+	if err := s.StoreMark("agt_a", store.Mark{Size: 3, Head: headB}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.StoreMark("agt.tmp", Mark{Size: 2, Head: headB}); err != nil {
+	if err := s.StoreMark("agt.tmp", store.Mark{Size: 2, Head: headB}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.StoreMark("../x", Mark{Size: 2, Head: headB}); !errors.Is(err, ErrBadAgent) {
+	if err := s.StoreMark("../x", store.Mark{Size: 2, Head: headB}); !errors.Is(err, store.ErrBadAgent) {
 		t.Errorf("StoreMark of a bad id: %v", err)
 	}
 	s.Close()
-	s = openFile(t, dir, FileOptions{})
+	s = openFile(t, dir, Options{})
 	defer s.Close()
-	if m, err := s.LoadMark("agt_a"); err != nil || m != (Mark{Size: 6, Head: headA}) {
+	if m, err := s.LoadMark("agt_a"); err != nil || m != (store.Mark{Size: 6, Head: headA}) {
 		t.Fatalf("LoadMark after reopen: %+v %v, want 6 %s (a mark never goes down)", m, err, headA)
 	}
 	if ids, err := s.Agents(); err != nil || len(ids) != 0 {
@@ -48,7 +50,7 @@ func TestFileMarks(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, MarksDir, "agt_a.json"), []byte("{\"size\":6"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var damage *DamageError
+	var damage *store.DamageError
 	if _, err := s.LoadMark("agt_a"); !errors.As(err, &damage) || !strings.Contains(err.Error(), "agt_a") {
 		t.Errorf("LoadMark of a torn mark: %v, want damage", err)
 	}
@@ -57,12 +59,12 @@ func TestFileMarks(t *testing.T) {
 // BenchmarkFileStoreMark: what keeping a mark costs the signer (two syncs
 // and a rename), per checkpoint signed.
 func BenchmarkFileStoreMark(b *testing.B) {
-	s := openFile(b, b.TempDir(), FileOptions{})
+	s := openFile(b, b.TempDir(), Options{})
 	defer s.Close()
 	var n uint64
 	for b.Loop() {
 		n++
-		if err := s.StoreMark("agt_a", Mark{Size: n, Head: headA}); err != nil {
+		if err := s.StoreMark("agt_a", store.Mark{Size: n, Head: headA}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -70,7 +72,7 @@ func BenchmarkFileStoreMark(b *testing.B) {
 
 // BenchmarkFileStoreMarkParallel: marks of different agents, kept at once.
 func BenchmarkFileStoreMarkParallel(b *testing.B) {
-	s := openFile(b, b.TempDir(), FileOptions{})
+	s := openFile(b, b.TempDir(), Options{})
 	defer s.Close()
 	var next atomic.Int64
 	b.SetParallelism(16)
@@ -79,7 +81,7 @@ func BenchmarkFileStoreMarkParallel(b *testing.B) {
 		var n uint64
 		for pb.Next() {
 			n++
-			if err := s.StoreMark(agent, Mark{Size: n, Head: headA}); err != nil {
+			if err := s.StoreMark(agent, store.Mark{Size: n, Head: headA}); err != nil {
 				b.Error(err)
 				return
 			}

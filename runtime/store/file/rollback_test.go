@@ -1,4 +1,4 @@
-package store
+package file
 
 import (
 	"bytes"
@@ -8,12 +8,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lineage-guard/lineage/runtime/store"
 )
 
 // rollbackStore makes agt_a with 6 acknowledged records (the first 2 as a
 // log's first records, the other 4 through the journal), then damages its
 // log under the open store (cut, before Close, by the caller's damage).
-func rollbackStore(t *testing.T, opts FileOptions, damage func(path string, log []byte)) (dir string, closeErr error) {
+func rollbackStore(t *testing.T, opts Options, damage func(path string, log []byte)) (dir string, closeErr error) {
 	t.Helper()
 	dir = t.TempDir()
 	s := openJournaled(t, dir, opts)
@@ -60,15 +62,15 @@ func editRecord(seq int) func(string, []byte) {
 // journal and reports the damage, naming the agent and the first record the
 // log lost; the next open puts the records back.
 func TestCloseKeepsJournalOfCutLog(t *testing.T) {
-	dir, err := rollbackStore(t, FileOptions{}, cutTo(3))
-	var damage *DamageError
+	dir, err := rollbackStore(t, Options{}, cutTo(3))
+	var damage *store.DamageError
 	if !errors.As(err, &damage) || damage.Agent != "agt_a" || damage.Seq != 2 {
 		t.Fatalf("Close = %v, want the damage of agt_a from record 2 (the journal's first)", err)
 	}
 	if st, err := os.Stat(filepath.Join(dir, JournalName)); err != nil || st.Size() == 0 {
 		t.Fatalf("Close emptied the journal (%v), which held the records the log lost", err)
 	}
-	s := openJournaled(t, dir, FileOptions{})
+	s := openJournaled(t, dir, Options{})
 	defer s.Close()
 	wantLog(t, s, "agt_a", 6)
 	mustAppend(t, s, "agt_a", 6, 1)
@@ -76,12 +78,12 @@ func TestCloseKeepsJournalOfCutLog(t *testing.T) {
 
 // TestCloseKeepsJournalOfEditedLog: the same for a record edited in place.
 func TestCloseKeepsJournalOfEditedLog(t *testing.T) {
-	dir, err := rollbackStore(t, FileOptions{}, editRecord(4))
-	var damage *DamageError
+	dir, err := rollbackStore(t, Options{}, editRecord(4))
+	var damage *store.DamageError
 	if !errors.As(err, &damage) || damage.Agent != "agt_a" {
 		t.Fatalf("Close = %v, want the damage of agt_a", err)
 	}
-	s := openJournaled(t, dir, FileOptions{})
+	s := openJournaled(t, dir, Options{})
 	defer s.Close()
 	wantLog(t, s, "agt_a", 6)
 }
@@ -91,7 +93,7 @@ func TestCloseKeepsJournalOfEditedLog(t *testing.T) {
 // a log lacks its records; every later record stays in it too.
 func TestCheckpointKeepsJournalOfCutLog(t *testing.T) {
 	dir := t.TempDir()
-	s := openJournaled(t, dir, FileOptions{CheckpointBytes: 300})
+	s := openJournaled(t, dir, Options{CheckpointBytes: 300})
 	mustCreate(t, s, "agt_a")
 	mustCreate(t, s, "agt_b")
 	mustAppend(t, s, "agt_a", 0, 2)
@@ -107,7 +109,7 @@ func TestCheckpointKeepsJournalOfCutLog(t *testing.T) {
 	if err := s.Close(); err == nil || !strings.Contains(err.Error(), "agt_a") {
 		t.Fatalf("Close = %v, want agt_a's damage", err)
 	}
-	s = openJournaled(t, dir, FileOptions{})
+	s = openJournaled(t, dir, Options{})
 	defer s.Close()
 	wantLog(t, s, "agt_a", 3)
 	wantLog(t, s, "agt_b", 12)
@@ -115,7 +117,7 @@ func TestCheckpointKeepsJournalOfCutLog(t *testing.T) {
 
 // TestCloseCleanEmptiesJournal: without damage Close still empties it.
 func TestCloseCleanEmptiesJournal(t *testing.T) {
-	dir, err := rollbackStore(t, FileOptions{}, func(string, []byte) {})
+	dir, err := rollbackStore(t, Options{}, func(string, []byte) {})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +133,7 @@ func TestCloseCleanEmptiesJournal(t *testing.T) {
 // the log is put back (D255 (a cut no copy holds is noted at Close)).
 func TestCloseNotesLostRecords(t *testing.T) {
 	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{Sync: SyncFiles})
+	s := openFile(t, dir, Options{Sync: SyncFiles})
 	mustCreate(t, s, "agt_a")
 	mustCreate(t, s, "agt_b")
 	mustAppend(t, s, "agt_a", 0, 2)
@@ -142,18 +144,18 @@ func TestCloseNotesLostRecords(t *testing.T) {
 	whole := readFile(t, s.Path("agt_a"))
 	cutTo(3)(s.Path("agt_a"), whole)
 	err := s.Close()
-	var damage *DamageError
+	var damage *store.DamageError
 	if !errors.As(err, &damage) || damage.Agent != "agt_a" || damage.Seq != 3 {
 		t.Fatalf("Close = %v, want agt_a's damage from record 3", err)
 	}
 	for range 2 {
-		s = openFile(t, dir, FileOptions{Sync: SyncFiles})
+		s = openFile(t, dir, Options{Sync: SyncFiles})
 		var got int
 		err = s.Scan("agt_a", func(uint64, []byte) error { got++; return nil })
 		if !errors.As(err, &damage) || damage.Seq != 3 || got != 3 || !strings.Contains(err.Error(), "records 3 to 5 are lost") {
 			t.Fatalf("Scan after reopen: %d records, %v; want 3 and the damage from record 3", got, err)
 		}
-		if err := s.Append("agt_a", 3, rec("agt_a", 3)); !errors.Is(err, ErrDamaged) {
+		if err := s.Append("agt_a", 3, rec("agt_a", 3)); !errors.Is(err, store.ErrDamaged) {
 			t.Errorf("Append to the cut log: %v, want the damage", err)
 		}
 		wantLog(t, s, "agt_b", 2)
@@ -162,7 +164,7 @@ func TestCloseNotesLostRecords(t *testing.T) {
 		}
 	}
 	writeFile(t, filepath.Join(dir, "agt_a"+Ext), whole) // put back from a backup
-	s = openFile(t, dir, FileOptions{Sync: SyncFiles})
+	s = openFile(t, dir, Options{Sync: SyncFiles})
 	defer s.Close()
 	wantLog(t, s, "agt_a", 6)
 	if _, err := os.Stat(filepath.Join(dir, LostDir, "agt_a.json")); !errors.Is(err, os.ErrNotExist) {
@@ -174,7 +176,7 @@ func TestCloseNotesLostRecords(t *testing.T) {
 // checkpoint (D251 (what a checkpoint reads back)), for 64 agents' 1 KiB
 // records filling a journal of about 16 MiB.
 func BenchmarkCheckpointReadBack(b *testing.B) {
-	s := openJournaled(b, b.TempDir(), FileOptions{CheckpointBytes: 1 << 40})
+	s := openJournaled(b, b.TempDir(), Options{CheckpointBytes: 1 << 40})
 	defer s.Close()
 	recs := make([][]byte, 16)
 	for i := range recs {

@@ -1,4 +1,4 @@
-package store
+package file
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/lineage-guard/lineage/runtime/store"
 )
 
 // scanBufSize is the initial read buffer of a scan; it grows (up to
@@ -62,7 +64,7 @@ func scanLines(agent, path string, r io.ReaderAt, limit int64, fn func(uint64, [
 		eof      bool
 	)
 	damage := func(reason string) error {
-		return &DamageError{Agent: agent, Path: path, Seq: res.count, Offset: base + int64(start), Reason: reason}
+		return &store.DamageError{Agent: agent, Path: path, Seq: res.count, Offset: base + int64(start), Reason: reason}
 	}
 	for {
 		if i := bytes.IndexByte(buf[start+searched:end], '\n'); i >= 0 {
@@ -90,10 +92,10 @@ func scanLines(agent, path string, r io.ReaderAt, limit int64, fn func(uint64, [
 				base += int64(start)
 				start = 0
 			} else { // one line fills the buffer
-				if len(buf) > MaxRecord {
-					return res, damage(fmt.Sprintf("line longer than the limit of %d bytes", MaxRecord))
+				if len(buf) > store.MaxRecord {
+					return res, damage(fmt.Sprintf("line longer than the limit of %d bytes", store.MaxRecord))
 				}
-				nb := make([]byte, min(2*len(buf), MaxRecord+1))
+				nb := make([]byte, min(2*len(buf), store.MaxRecord+1))
 				end = copy(nb, buf[:end])
 				buf = nb
 			}
@@ -131,7 +133,7 @@ func scanLines(agent, path string, r io.ReaderAt, limit int64, fn func(uint64, [
 }
 
 // ScanFile reads a log file outside any store (a copy of <agent>.jsonl) by the
-// rules Scan of a File store reads a log by, so that a tool checking a file
+// rules Scan of a Store reads a log by, so that a tool checking a file
 // sees the records the store would: fn gets each record in order; a final
 // segment that is not a whole record is a torn tail, not passed on, and its
 // length is returned; an empty or over-long line is a *DamageError.

@@ -1,22 +1,12 @@
-package store
+package file
 
 import (
 	"math/bits"
 	"sync/atomic"
 	"time"
-)
 
-// CommitStats describes a file store's group commit since it was opened: how
-// many syncs made appends durable, how many appends (and creates) they
-// covered, and how long one sync took. It tells apart what bounds durable
-// latency: the disk's sync time, or the wait for a turn in a batch.
-type CommitStats struct {
-	Syncs   int64
-	Appends int64
-	// SyncP50 and SyncP99 are percentiles of one sync's duration, to within
-	// 1/8 of their value (they come from a log-linear histogram).
-	SyncP50, SyncP99, SyncMax time.Duration
-}
+	"github.com/lineage-guard/lineage/runtime/store"
+)
 
 // syncHistogram counts sync durations in log-linear buckets: 8 per power of
 // two of nanoseconds, so a bucket spans 1/8 of its value. Lock-free: the
@@ -78,13 +68,13 @@ func (h *syncHistogram) percentile(p float64, total int64) time.Duration {
 }
 
 // CommitStats returns the group commit's counts and sync durations so far.
-func (s *File) CommitStats() CommitStats {
+func (s *Store) CommitStats() store.CommitStats {
 	c := s.commit
 	var total int64
 	for b := range c.syncTimes.counts {
 		total += c.syncTimes.counts[b].Load()
 	}
-	return CommitStats{
+	return store.CommitStats{
 		Syncs:   c.batches.Load(),
 		Appends: c.reqs.Load(),
 		SyncP50: c.syncTimes.percentile(50, total),

@@ -1,4 +1,4 @@
-package store
+package file
 
 import (
 	"math/rand/v2"
@@ -48,7 +48,7 @@ func TestSyncHistogramPercentiles(t *testing.T) {
 
 // TestCommitStatsCount: the stats count every sync and append of a file store.
 func TestCommitStatsCount(t *testing.T) {
-	s := openFile(t, t.TempDir(), FileOptions{})
+	s := openFile(t, t.TempDir(), Options{})
 	defer s.Close()
 	mustCreate(t, s, "agt_a")
 	for seq := uint64(0); seq < 5; seq++ {

@@ -1,47 +1,53 @@
-package store
+// Package memory owns the store that keeps every log in memory: a
+// store.Store, with the lists of store.Lister, for tests and benchmarks.
+// Nothing survives the process.
+package memory
 
 import (
 	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/lineage-guard/lineage/runtime/internal/index"
+	"github.com/lineage-guard/lineage/runtime/store"
 )
 
-// Memory is a Store that keeps every log in memory, for tests and benchmarks.
+// Store is a store.Store that keeps every log in memory, for tests and benchmarks.
 // Nothing survives the process; "durable" means "appended".
 //
 // Agents do not contend with each other: the logs live in a sync.Map and each
 // has its own mutex. Append keeps the records it is given (Store lets it): the
 // runtime allocates each line for the log, so a copy would be pure cost.
-type Memory struct {
+type Store struct {
 	logs    sync.Map // agent id → *memLog
 	closed  atomic.Bool
 	shared  bool
 	idxOnce sync.Once
-	idxv    *index // the indexes (Lister), made on first use
+	idxv    *index.Index // the indexes (store.Lister), made on first use
 }
 
-func (m *Memory) idx() *index {
-	m.idxOnce.Do(func() { m.idxv = newIndex() })
+func (m *Store) idx() *index.Index {
+	m.idxOnce.Do(func() { m.idxv = index.New() })
 	return m.idxv
 }
 
-var _ Lister = (*Memory)(nil)
+var _ store.Lister = (*Store)(nil)
 
-// ListAgents implements Lister.
-func (m *Memory) ListAgents(q ListQuery) ([]AgentRow, string, error) {
+// ListAgents implements store.Lister.
+func (m *Store) ListAgents(q store.ListQuery) ([]store.AgentRow, string, error) {
 	if m.closed.Load() {
-		return nil, "", ErrClosed
+		return nil, "", store.ErrClosed
 	}
-	return m.idx().listAgents(q)
+	return m.idx().ListAgents(q)
 }
 
-// ListPending implements Lister.
-func (m *Memory) ListPending(q ListQuery) ([]PendingRow, string, error) {
+// ListPending implements store.Lister.
+func (m *Store) ListPending(q store.ListQuery) ([]store.PendingRow, string, error) {
 	if m.closed.Load() {
-		return nil, "", ErrClosed
+		return nil, "", store.ErrClosed
 	}
-	return m.idx().listPending(q)
+	return m.idx().ListPending(q)
 }
 
 type memLog struct {
@@ -49,72 +55,72 @@ type memLog struct {
 	recs [][]byte // recs[i] is never modified once appended
 }
 
-var _ Store = (*Memory)(nil)
+var _ store.Store = (*Store)(nil)
 
-// NewMemory returns an empty in-memory store.
-func NewMemory() *Memory { return &Memory{} }
+// New returns an empty in-memory store.
+func New() *Store { return &Store{} }
 
-// NewSharedMemory returns an empty in-memory store that says it has other
+// NewShared returns an empty in-memory store that says it has other
 // writers (Shared): several runtimes in one process over it behave as
 // guard nodes over one database, for tests of the runtime across nodes.
-func NewSharedMemory() *Memory { return &Memory{shared: true} }
+func NewShared() *Store { return &Store{shared: true} }
 
-// Shared implements Shared: true for a store of NewSharedMemory.
-func (m *Memory) Shared() bool { return m.shared }
+// Shared implements store.Shared: true for a store of NewShared.
+func (m *Store) Shared() bool { return m.shared }
 
-// Create implements Store.
-func (m *Memory) Create(agent string) error {
+// Create implements store.Store.
+func (m *Store) Create(agent string) error {
 	if m.closed.Load() {
-		return ErrClosed
+		return store.ErrClosed
 	}
-	if err := checkAgent(agent); err != nil {
+	if err := store.CheckAgent(agent); err != nil {
 		return err
 	}
 	if _, loaded := m.logs.LoadOrStore(agent, new(memLog)); loaded {
-		return fmt.Errorf("%w: %s", ErrExists, agent)
+		return fmt.Errorf("%w: %s", store.ErrExists, agent)
 	}
-	m.idx().create(agent)
+	m.idx().Create(agent)
 	return nil
 }
 
-func (m *Memory) log(agent string) (*memLog, error) {
+func (m *Store) log(agent string) (*memLog, error) {
 	if m.closed.Load() {
-		return nil, ErrClosed
+		return nil, store.ErrClosed
 	}
-	if err := checkAgent(agent); err != nil {
+	if err := store.CheckAgent(agent); err != nil {
 		return nil, err
 	}
 	v, ok := m.logs.Load(agent)
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, agent)
+		return nil, fmt.Errorf("%w: %s", store.ErrNotFound, agent)
 	}
 	return v.(*memLog), nil
 }
 
-// Append implements Store.
-func (m *Memory) Append(agent string, firstSeq uint64, recs ...[]byte) error {
+// Append implements store.Store.
+func (m *Store) Append(agent string, firstSeq uint64, recs ...[]byte) error {
 	l, err := m.log(agent)
 	if err != nil {
 		return err
 	}
-	if _, err := checkRecords(agent, firstSeq, recs); err != nil {
+	if _, err := store.CheckRecords(agent, firstSeq, recs); err != nil {
 		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if n := uint64(len(l.recs)); n != firstSeq {
-		return seqError(agent, "", firstSeq, n)
+		return store.SeqError(agent, "", firstSeq, n)
 	}
 	for _, r := range recs {
 		l.recs = append(l.recs, r[:len(r):len(r)])
 	}
-	m.idx().apply(agent, firstSeq, 0, recs) // under l.mu: in the log's order
+	m.idx().Apply(agent, firstSeq, 0, recs) // under l.mu: in the log's order
 	return nil
 }
 
-// Scan implements Store. It sees the records appended before it started; fn
+// Scan implements store.Store. It sees the records appended before it started; fn
 // may append to the log it is scanning. fn must not modify the slice.
-func (m *Memory) Scan(agent string, fn func(seq uint64, rec []byte) error) error {
+func (m *Store) Scan(agent string, fn func(seq uint64, rec []byte) error) error {
 	l, err := m.log(agent)
 	if err != nil {
 		return err
@@ -125,8 +131,8 @@ func (m *Memory) Scan(agent string, fn func(seq uint64, rec []byte) error) error
 	return l.scan(0, fn)
 }
 
-// ScanFrom implements FromScanner.
-func (m *Memory) ScanFrom(agent string, from uint64, fn func(seq uint64, rec []byte) error) error {
+// ScanFrom implements store.FromScanner.
+func (m *Store) ScanFrom(agent string, from uint64, fn func(seq uint64, rec []byte) error) error {
 	l, err := m.log(agent)
 	if err != nil {
 		return err
@@ -146,10 +152,10 @@ func (l *memLog) scan(from uint64, fn func(seq uint64, rec []byte) error) error 
 	return nil
 }
 
-// Agents implements Store.
-func (m *Memory) Agents() ([]string, error) {
+// Agents implements store.Store.
+func (m *Store) Agents() ([]string, error) {
 	if m.closed.Load() {
-		return nil, ErrClosed
+		return nil, store.ErrClosed
 	}
 	var ids []string
 	m.logs.Range(func(k, _ any) bool {
@@ -160,11 +166,11 @@ func (m *Memory) Agents() ([]string, error) {
 	return ids, nil
 }
 
-// Close implements Store. Later calls of any method, Close included, return
+// Close implements store.Store. Later calls of any method, Close included, return
 // ErrClosed.
-func (m *Memory) Close() error {
+func (m *Store) Close() error {
 	if m.closed.Swap(true) {
-		return ErrClosed
+		return store.ErrClosed
 	}
 	return nil
 }

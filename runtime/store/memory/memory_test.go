@@ -1,17 +1,21 @@
-package store
+package memory
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/lineage-guard/lineage/runtime/store/storetest"
+)
 
 func TestMemory(t *testing.T) {
-	testStore(t, func(*testing.T) Store { return NewMemory() })
+	storetest.Run(t, storetest.Default, func(*testing.T) storetest.Store { return New() })
 }
 
 // TestMemoryAppendAllocs pins the hot path: one allocation per Append (the
 // copy of the records), plus the amortized growth of the log's slice.
 func TestMemoryAppendAllocs(t *testing.T) {
-	m := NewMemory()
-	mustCreate(t, m, "agt_a")
-	r1, r2 := rec("agt_a", 1), rec("agt_a", 2)
+	m := New()
+	storetest.MustCreate(t, m, "agt_a")
+	r1, r2 := storetest.Rec("agt_a", 1), storetest.Rec("agt_a", 2)
 	seq := uint64(0)
 	allocs := testing.AllocsPerRun(1000, func() {
 		if err := m.Append("agt_a", seq, r1, r2); err != nil {

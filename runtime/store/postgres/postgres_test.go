@@ -22,19 +22,7 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-var contract = storetest.Contract{
-	ErrExists: store.ErrExists, ErrNotFound: store.ErrNotFound, ErrSeq: store.ErrSeq,
-	ErrClosed: store.ErrClosed, ErrBadAgent: store.ErrBadAgent, ErrBadRecord: store.ErrBadRecord,
-	MaxAgentID: store.MaxAgentID, MaxRecord: store.MaxRecord,
-	Lists: &storetest.Lists{
-		Agents: func(s storetest.Store, cursor string, limit int, status string) (any, string, error) {
-			return s.(store.Lister).ListAgents(store.ListQuery{Cursor: cursor, Limit: limit, Status: status})
-		},
-		Pending: func(s storetest.Store, cursor string, limit int) (any, string, error) {
-			return s.(store.Lister).ListPending(store.ListQuery{Cursor: cursor, Limit: limit})
-		},
-	},
-}
+var contract = storetest.Default
 
 // open opens a store on url, closed when t ends unless the test closed it.
 func open(t testing.TB, url string) *Store {

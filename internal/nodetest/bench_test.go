@@ -23,8 +23,8 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/internal/pgtest"
 	"github.com/lineage-guard/lineage/runtime/store/postgres"
+	"github.com/lineage-guard/lineage/runtime/store/postgres/pgtest"
 	"github.com/lineage-guard/lineage/server"
 )
 

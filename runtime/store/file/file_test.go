@@ -755,8 +755,8 @@ func copyDir(t testing.TB, src, dst string) {
 
 const createEnv = "BE_CREATOR"
 
-func creator(dir, prefix string) {
-	s, err := Open(dir, Options{})
+func creator(dir, prefix string, shardAfter int) {
+	s, err := Open(dir, Options{ShardAfter: shardAfter})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -778,12 +778,15 @@ func creator(dir, prefix string) {
 
 func TestFileCreateCrash(t *testing.T) {
 	if dir := os.Getenv(createEnv); dir != "" {
-		creator(dir, os.Getenv(createEnv+"_PREFIX"))
+		after, _ := strconv.Atoi(os.Getenv(createEnv + "_SHARD_AFTER"))
+		creator(dir, os.Getenv(createEnv+"_PREFIX"), after)
 		return
 	}
-	const trials = 100
+	// The first logs go in the directory itself, the others in shard
+	// directories: kills hit creates of both kinds.
+	const trials, shardAfter = 100, 20
 	dir := t.TempDir()
-	s := openFile(t, dir, Options{})
+	s := openFile(t, dir, Options{ShardAfter: shardAfter})
 	before := []string{"agt_old1", "agt_old2", "agt_old3"}
 	for _, id := range before {
 		mustCreate(t, s, id)
@@ -795,7 +798,8 @@ func TestFileCreateCrash(t *testing.T) {
 	emptyLeft := 0
 	for trial := range trials {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestFileCreateCrash$", "-test.count=1", "-test.timeout=60s")
-		cmd.Env = append(os.Environ(), createEnv+"="+dir, fmt.Sprintf("%s_PREFIX=agt_t%03d", createEnv, trial))
+		cmd.Env = append(os.Environ(), createEnv+"="+dir, fmt.Sprintf("%s_PREFIX=agt_t%03d", createEnv, trial),
+			fmt.Sprintf("%s_SHARD_AFTER=%d", createEnv, shardAfter))
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.StdoutPipe()
@@ -829,7 +833,8 @@ func TestFileCreateCrash(t *testing.T) {
 		if st := cmd.ProcessState; st == nil || st.ExitCode() != -1 {
 			t.Fatalf("trial %d: child did not run until killed (%v):\n%s", trial, st, stderr.Bytes())
 		}
-		if ents, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("agt_t%03d_*", trial)+Ext)); len(ents) > 0 {
+		for _, pattern := range []string{"", "[0-9a-f][0-9a-f]"} {
+			ents, _ := filepath.Glob(filepath.Join(dir, pattern, fmt.Sprintf("agt_t%03d_*", trial)+Ext))
 			for _, name := range ents {
 				if st, err := os.Stat(name); err == nil && st.Size() == 0 {
 					emptyLeft++
@@ -838,7 +843,7 @@ func TestFileCreateCrash(t *testing.T) {
 		}
 
 		// The next writer: every agent it lists opens with whole records.
-		s := openFile(t, dir, Options{})
+		s := openFile(t, dir, Options{ShardAfter: shardAfter})
 		ids, err := s.Agents()
 		if err != nil {
 			t.Fatalf("trial %d: Agents: %v", trial, err)
@@ -870,8 +875,14 @@ func TestFileCreateCrash(t *testing.T) {
 		}
 		s.Close()
 	}
-	if leftovers, _ := filepath.Glob(filepath.Join(dir, createPrefix+"*")); len(leftovers) > 0 {
-		t.Errorf("temporary files left after reopening: %q", leftovers)
+	for _, pattern := range []string{createPrefix + "*", filepath.Join("[0-9a-f][0-9a-f]", createPrefix+"*")} {
+		if leftovers, _ := filepath.Glob(filepath.Join(dir, pattern)); len(leftovers) > 0 {
+			t.Errorf("temporary files left after reopening: %q", leftovers)
+		}
 	}
-	t.Logf("%d kills; %d creates acknowledged; %d empty logs left by a kill between Create and its first records (not listed)", trials, len(acked), emptyLeft)
+	shards, _ := filepath.Glob(filepath.Join(dir, "[0-9a-f][0-9a-f]", "*"+Ext))
+	if len(shards) == 0 {
+		t.Errorf("no log in a shard directory after %d creates acknowledged (ShardAfter %d)", len(acked), shardAfter)
+	}
+	t.Logf("%d kills; %d creates acknowledged (%d logs in shard directories); %d empty logs left by a kill between Create and its first records (not listed)", trials, len(acked), len(shards), emptyLeft)
 }

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/lineage-guard/lineage/policy"
@@ -17,6 +19,9 @@ import (
 	"github.com/lineage-guard/lineage/runtime/store"
 	"github.com/lineage-guard/lineage/runtime/store/file"
 )
+
+// shardAfter is the file store's default Options.ShardAfter (tests set less).
+var shardAfter = file.DefaultShardAfter
 
 // ErrNotEmpty is returned by Restore for a data directory that holds files.
 var ErrNotEmpty = errors.New("the data directory is not empty")
@@ -56,20 +61,27 @@ func Restore(r io.Reader, dir string, compile func(doc []byte) (*policy.Compiled
 	if err != nil {
 		return m, fmt.Errorf("restore: %w", err)
 	}
+	named := map[string]bool{}
 	for _, e := range m.Agents {
-		if !logs[e.Agent] {
+		path, ok := logs[e.Agent]
+		if !ok || named[e.Agent] {
 			return m, fmt.Errorf("restore: the manifest names agent %s, whose log is not in the backup", e.Agent)
 		}
-		delete(logs, e.Agent)
-		if err := verifyLog(filepath.Join(tmp, e.Agent+file.Ext), e, compile); err != nil {
+		named[e.Agent] = true
+		if err := verifyLog(path, e, compile); err != nil {
 			return m, fmt.Errorf("restore: %w", err)
 		}
 	}
-	for a := range logs {
-		return m, fmt.Errorf("restore: the log of %s is in the backup but not in its manifest", a)
+	dirs := map[string]bool{tmp: true, filepath.Join(tmp, file.MarksDir): true, filepath.Join(tmp, file.LostDir): true}
+	for a, path := range logs {
+		if !named[a] {
+			return m, fmt.Errorf("restore: the log of %s is in the backup but not in its manifest", a)
+		}
+		dirs[filepath.Dir(path)] = true
 	}
-	for _, sub := range []string{"", file.MarksDir, file.LostDir} {
-		if err := syncPath(filepath.Join(tmp, sub)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	// The shard directories first, then the directory that names them.
+	for _, d := range slices.Backward(slices.Sorted(maps.Keys(dirs))) {
+		if err := syncPath(d); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return m, fmt.Errorf("restore: %w", err)
 		}
 	}
@@ -86,10 +98,14 @@ func Restore(r io.Reader, dir string, compile func(doc []byte) (*policy.Compiled
 }
 
 // extract writes the tar's entries in dir and returns its manifest and the
-// agents whose log it held. It refuses any entry but those Write makes.
-func extract(r io.Reader, dir string) (Manifest, map[string]bool, error) {
+// file of each agent's log it held, each where a file store puts a new log
+// (in dir, then in shard directories once dir holds many: D390 (new logs go
+// to hash-named shard directories once the directory holds 4,096 logs)). It
+// refuses any entry but those Write makes.
+func extract(r io.Reader, dir string) (Manifest, map[string]string, error) {
 	var m Manifest
-	logs := map[string]bool{}
+	logs := map[string]string{}
+	flat := 0
 	tr := tar.NewReader(r)
 	seenManifest := false
 	for {
@@ -132,15 +148,23 @@ func extract(r io.Reader, dir string) (Manifest, map[string]bool, error) {
 		if !ok || store.CheckAgent(agent) != nil {
 			return m, nil, fmt.Errorf("entry %q is not one a backup holds", h.Name)
 		}
+		path := filepath.Join(dir, sub, name)
 		if sub == "" {
-			logs[agent] = true
+			if _, ok := logs[agent]; ok {
+				return m, nil, fmt.Errorf("entry %q appears twice", h.Name)
+			}
+			path = file.NewLogPath(dir, agent, flat, shardAfter)
+			if filepath.Dir(path) == dir {
+				flat++
+			}
+			logs[agent] = path
 		}
-		if sub != "" {
-			if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+		if d := filepath.Dir(path); d != dir {
+			if err := os.MkdirAll(d, 0o755); err != nil {
 				return m, nil, err
 			}
 		}
-		if err := writeFile(filepath.Join(dir, sub, name), tr); err != nil {
+		if err := writeFile(path, tr); err != nil {
 			return m, nil, err
 		}
 	}

@@ -67,10 +67,25 @@ func (s *Store) find(agent string) (string, error) {
 
 // placeFor returns the file a new log of agent goes to (see above).
 func (s *Store) placeFor(agent string) string {
-	if s.flat.Load() < int64(s.opts.ShardAfter) {
-		return s.flatPath(agent)
+	return placeIn(s.dir, agent, s.flat.Load(), int64(s.opts.ShardAfter))
+}
+
+// placeIn returns the file a new log of agent goes to in dir, which itself
+// holds flat logs, with ShardAfter after.
+func placeIn(dir, agent string, flat, after int64) string {
+	if flat < after {
+		return filepath.Join(dir, agent+Ext)
 	}
-	return s.shardPath(agent)
+	return filepath.Join(dir, shardOf(agent), agent+Ext)
+}
+
+// NewLogPath returns the file a new log of agent goes to in the data
+// directory dir when dir itself holds flat logs, as a store opened with
+// Options.ShardAfter shardAfter places it: for a tool that writes a data
+// directory whole (a restore), so that it has the layout the store would
+// have given it. The caller makes the shard directory.
+func NewLogPath(dir, agent string, flat, shardAfter int) string {
+	return placeIn(dir, agent, int64(flat), int64(shardAfter))
 }
 
 // makeShard makes the shard directory dir, durably, if it is not there.

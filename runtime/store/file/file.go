@@ -838,7 +838,7 @@ func (s *Store) Agents() ([]string, error) {
 	return ids, nil
 }
 
-// Close implements Store: it waits for the calls in progress, then closes
+// Close implements store.Store: it waits for the calls in progress, then closes
 // every file. Later calls of any method, Close included, return ErrClosed.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {

@@ -44,7 +44,7 @@ import (
 // leading dot: no agent id can take it).
 const JournalName = ".journal"
 
-// DefaultCheckpointBytes is how much journal a File store lets accumulate
+// DefaultCheckpointBytes is how much journal a Store lets accumulate
 // before it syncs the logs and empties it.
 const DefaultCheckpointBytes = 64 << 20
 

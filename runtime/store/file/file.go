@@ -366,7 +366,7 @@ func (s *Store) exit() {
 	}
 }
 
-// Create implements Store.
+// Create implements store.Store.
 func (s *Store) Create(agent string) error {
 	if err := s.enter(); err != nil {
 		return err
@@ -512,7 +512,7 @@ func (s *Store) open(l *fileLog) error {
 
 var writeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
-// Append implements Store.
+// Append implements store.Store.
 func (s *Store) Append(agent string, firstSeq uint64, recs ...[]byte) (err error) {
 	if err := s.enter(); err != nil {
 		return err
@@ -690,7 +690,7 @@ func (s *Store) truncate(l *fileLog, why string) error {
 	return nil
 }
 
-// Scan implements Store. It sees the records acknowledged before it started;
+// Scan implements store.Store. It sees the records acknowledged before it started;
 // fn may append to the log it is scanning. fn must not modify the slice, nor
 // call Close.
 func (s *Store) Scan(agent string, fn func(seq uint64, rec []byte) error) error {

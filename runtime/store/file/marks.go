@@ -20,7 +20,7 @@ var _ store.Marks = (*Store)(nil)
 // it; the temporary file of a write ends in .tmp, which no mark's name does).
 const MarksDir = ".checkpoints"
 
-// LoadMark implements Marks.
+// LoadMark implements store.Marks.
 func (s *Store) LoadMark(agent string) (store.Mark, error) {
 	if err := store.CheckAgent(agent); err != nil {
 		return store.Mark{}, err
@@ -43,7 +43,7 @@ func (s *Store) LoadMark(agent string) (store.Mark, error) {
 	return m, nil
 }
 
-// StoreMark implements Marks: the mark is written to a temporary file,
+// StoreMark implements store.Marks: the mark is written to a temporary file,
 // synced, renamed over the agent's mark and the directory synced, so that a
 // crash leaves the old mark or the new one whole (D253 (the signed size kept
 // in the data directory)).

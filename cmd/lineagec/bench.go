@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lineage-guard/lineage/internal/bench"
+	"github.com/lineage-guard/lineage/cmd/lineagec/internal/bench"
 )
 
 type benchParams struct {

@@ -97,7 +97,8 @@ store in a temporary directory, every verdict durable before it is answered,
 --guard-cpuprofile FILE for go tool pprof), and the load, a third process per
 round. After each round it times 100 appends of 300 bytes, each made durable
 with fdatasync, on the data directory's disk. It prints decisions/s, p50 and
-p99 of each, and issue 20's targets as ratios: at the most clients the guard's
+p99 of each, the CPU time its server processes spent a decision (Linux), and
+issue 20's targets as ratios: at the most clients the guard's
 throughput over OPA's (goal >= 1.0) and its p99 over OPA's (<= 1.0); at the
 fewest, the guard's p50 over OPA's p50 plus fdatasync's p50 (<= 1.15).
 

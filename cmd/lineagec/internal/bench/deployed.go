@@ -191,16 +191,37 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 		return nil, err
 	}
 
+	// cpu is the CPU time the processes of role have used so far; false
+	// where it cannot be read.
+	cpu := func(role string) (time.Duration, bool) {
+		var sum time.Duration
+		for _, p := range res.Processes {
+			if p.Role == role {
+				d, err := procCPU(p.PID)
+				if err != nil {
+					return 0, false
+				}
+				sum += d
+			}
+		}
+		return sum, true
+	}
 	var syncs []time.Duration
 	for _, n := range o.Clients {
 		lats := map[string][]time.Duration{}
 		walls := map[string]time.Duration{}
+		cpus := map[string]time.Duration{}
+		cpuOK := true
 		for round := 0; round < o.Rounds; round++ {
 			for _, t := range []struct{ name, plan string }{{"opa", opaPlanFile}, {"guard", guardPlanFile}} {
+				before, ok1 := cpu(t.name)
 				lr, err := runLoad(ctx, o.Exe, t.plan, n, o.Duration)
 				if err != nil {
 					return nil, fmt.Errorf("bench serve: %s, %d connections: %w", t.name, n, err)
 				}
+				after, ok2 := cpu(t.name)
+				cpus[t.name] += after - before
+				cpuOK = cpuOK && ok1 && ok2
 				for _, l := range lr.Latencies {
 					lats[t.name] = append(lats[t.name], time.Duration(l))
 				}
@@ -213,8 +234,12 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 			syncs = append(syncs, s...)
 		}
 		for _, t := range []string{"opa", "guard"} {
-			res.Rows = append(res.Rows, row(t, n, lats[t], walls[t]))
-			say("%s", res.Rows[len(res.Rows)-1])
+			r := row(t, n, lats[t], walls[t])
+			if cpuOK && r.Decisions > 0 {
+				r.CPUPerDecision = int64(cpus[t]) / int64(r.Decisions)
+			}
+			res.Rows = append(res.Rows, r)
+			say("%s, CPU %s a decision", r, time.Duration(r.CPUPerDecision))
 		}
 	}
 	res.SyncP50, res.SyncP99, res.SyncCount = percentile(syncs, 50), percentile(syncs, 99), len(syncs)

@@ -54,6 +54,9 @@ type ServeRow struct {
 	PerSec    float64 `json:"decisions_per_sec"`
 	P50       int64   `json:"p50_ns"`
 	P99       int64   `json:"p99_ns"`
+	// CPUPerDecision is the CPU time the target's server processes used in
+	// its windows over the decisions they made (as deployed, on Linux only).
+	CPUPerDecision int64 `json:"cpu_per_decision_ns,omitempty"`
 }
 
 // ServeResult is what a service benchmark measured.

@@ -157,7 +157,7 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 		res.Processes = append(res.Processes, Process{Role: "opa", PID: p.cmd.Process.Pid})
 		urls[w.compiled.Digest] = base + opaPath(w.compiled)
 	}
-	opaPlan := LoadPlan{Target: "opa", URLs: make([]string, o.Agents), Inputs: make([][]json.RawMessage, o.Agents)}
+	opaPlan := LoadPlan{Target: "opa", URLs: make([]string, o.Agents), Inputs: make([][]json.RawMessage, o.Agents), PIDs: pidsOf(res.Processes, "opa")}
 	for i := range opaPlan.URLs {
 		opaPlan.URLs[i] = urls[ws[i%len(ws)].compiled.Digest]
 		for _, in := range inputs[i] {
@@ -187,25 +187,10 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 	}
 	guardPlanFile := filepath.Join(dir, "guard-plan.json")
 	if err := writeJSONFile(guardPlanFile, LoadPlan{Target: "guard", URL: base, Token: strings.TrimSpace(string(tok)),
-		Agents: o.Agents, Requests: o.Requests}); err != nil {
+		Agents: o.Agents, Requests: o.Requests, PIDs: pidsOf(res.Processes, "guard")}); err != nil {
 		return nil, err
 	}
 
-	// cpu is the CPU time the processes of role have used so far; false
-	// where it cannot be read.
-	cpu := func(role string) (time.Duration, bool) {
-		var sum time.Duration
-		for _, p := range res.Processes {
-			if p.Role == role {
-				d, err := procCPU(p.PID)
-				if err != nil {
-					return 0, false
-				}
-				sum += d
-			}
-		}
-		return sum, true
-	}
 	var syncs []time.Duration
 	for _, n := range o.Clients {
 		lats := map[string][]time.Duration{}
@@ -214,14 +199,12 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 		cpuOK := true
 		for round := 0; round < o.Rounds; round++ {
 			for _, t := range []struct{ name, plan string }{{"opa", opaPlanFile}, {"guard", guardPlanFile}} {
-				before, ok1 := cpu(t.name)
 				lr, err := runLoad(ctx, o.Exe, t.plan, n, o.Duration)
 				if err != nil {
 					return nil, fmt.Errorf("bench serve: %s, %d connections: %w", t.name, n, err)
 				}
-				after, ok2 := cpu(t.name)
-				cpus[t.name] += after - before
-				cpuOK = cpuOK && ok1 && ok2
+				cpus[t.name] += time.Duration(lr.CPU)
+				cpuOK = cpuOK && lr.CPU >= 0
 				for _, l := range lr.Latencies {
 					lats[t.name] = append(lats[t.name], time.Duration(l))
 				}
@@ -413,6 +396,17 @@ func runLoad(ctx context.Context, exe, plan string, clients int, d time.Duration
 		return nil, errors.New("the load process made no decision")
 	}
 	return &lr, nil
+}
+
+// pidsOf are the PIDs of procs in role.
+func pidsOf(procs []Process, role string) []int {
+	var pids []int
+	for _, p := range procs {
+		if p.Role == role {
+			pids = append(pids, p.PID)
+		}
+	}
+	return pids
 }
 
 func writeJSONFile(name string, v any) error {

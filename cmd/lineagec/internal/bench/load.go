@@ -24,6 +24,9 @@ type LoadPlan struct {
 	Token    string `json:"token,omitempty"`
 	Agents   int    `json:"agents,omitempty"`
 	Requests int    `json:"requests,omitempty"`
+	// PIDs are the target's server processes, whose CPU time the load
+	// reads right before and right after its window (Linux only).
+	PIDs []int `json:"pids,omitempty"`
 }
 
 // LoadResult is one load process's measurement: every decision's latency,
@@ -31,6 +34,23 @@ type LoadPlan struct {
 type LoadResult struct {
 	Latencies []int64 `json:"latencies_ns"`
 	Wall      int64   `json:"wall_ns"`
+	// CPU is the CPU time plan.PIDs used in the window; -1 where it could
+	// not be read.
+	CPU int64 `json:"cpu_ns"`
+}
+
+// cpuOf is the CPU time the processes pids have used so far; -1 where it
+// cannot be read.
+func cpuOf(pids []int) time.Duration {
+	var sum time.Duration
+	for _, pid := range pids {
+		d, err := procCPU(pid)
+		if err != nil {
+			return -1
+		}
+		sum += d
+	}
+	return sum
 }
 
 // Load drives plan on clients concurrent keep-alive connections for d at
@@ -42,15 +62,18 @@ func Load(ctx context.Context, plan LoadPlan, clients int, d time.Duration) (*Lo
 	hc := newHTTPClient()
 	defer hc.CloseIdleConnections()
 	var (
-		lat  []time.Duration
-		wall time.Duration
-		err  error
+		lat    []time.Duration
+		wall   time.Duration
+		err    error
+		before time.Duration
 	)
+	begin := func() { before = cpuOf(plan.PIDs) }
 	switch plan.Target {
 	case "opa":
 		if len(plan.URLs) != len(plan.Inputs) || len(plan.URLs) == 0 {
 			return nil, fmt.Errorf("bench load: the plan has %d URLs for %d agents' inputs", len(plan.URLs), len(plan.Inputs))
 		}
+		begin()
 		lat, wall, err = driveFor(ctx, len(plan.Inputs), clients, d, func(i, k int) (bool, error) {
 			if k >= len(plan.Inputs[i]) {
 				return false, nil
@@ -65,14 +88,18 @@ func Load(ctx context.Context, plan LoadPlan, clients int, d time.Duration) (*Lo
 		if werr != nil {
 			return nil, werr
 		}
-		lat, wall, err = driveGuard(ctx, plan.URL, plan.Token, hc, serveRuns(ws, plan.Agents, plan.Requests), clients, d)
+		lat, wall, err = driveGuard(ctx, plan.URL, plan.Token, hc, serveRuns(ws, plan.Agents, plan.Requests), clients, d, begin)
 	default:
 		return nil, fmt.Errorf("bench load: unknown target %q (want opa, guard)", plan.Target)
 	}
+	after := cpuOf(plan.PIDs)
 	if err != nil {
 		return nil, fmt.Errorf("bench load: %s: %w", plan.Target, err)
 	}
-	res := &LoadResult{Latencies: make([]int64, len(lat)), Wall: int64(wall)}
+	res := &LoadResult{Latencies: make([]int64, len(lat)), Wall: int64(wall), CPU: -1}
+	if before >= 0 && after >= 0 && len(plan.PIDs) > 0 {
+		res.CPU = int64(after - before)
+	}
 	for i, l := range lat {
 		res.Latencies[i] = int64(l)
 	}

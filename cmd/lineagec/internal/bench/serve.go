@@ -389,13 +389,14 @@ func driveService(ctx context.Context, st store.Store, hc *http.Client, runs []*
 		defer cancel()
 		_ = hs.Shutdown(sctx)
 	}()
-	return driveGuard(ctx, "http://"+ln.Addr().String(), tok, hc, runs, clients, d)
+	return driveGuard(ctx, "http://"+ln.Addr().String(), tok, hc, runs, clients, d, nil)
 }
 
 // driveGuard creates runs' agents through the guard service at url (with
 // the admin token tok) and drives their decisions over HTTP with the Go
-// client, for d at most: requests as agents, approvals as the admin.
-func driveGuard(ctx context.Context, url, tok string, hc *http.Client, runs []*agentRun, clients int, d time.Duration) ([]time.Duration, time.Duration, error) {
+// client, for d at most: requests as agents, approvals as the admin. begin,
+// if not nil, is called once the agents exist, right before the decisions.
+func driveGuard(ctx context.Context, url, tok string, hc *http.Client, runs []*agentRun, clients int, d time.Duration, begin func()) ([]time.Duration, time.Duration, error) {
 	admin, err := client.New(url, tok, hc)
 	if err != nil {
 		return nil, 0, err
@@ -411,6 +412,9 @@ func driveGuard(ctx context.Context, url, tok string, hc *http.Client, runs []*a
 		if bots[i], err = client.New(url, created.Token, hc); err != nil {
 			return nil, 0, err
 		}
+	}
+	if begin != nil {
+		begin()
 	}
 	return driveFor(ctx, len(runs), clients, d, func(i, k int) (bool, error) {
 		a := runs[i]

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/logging"
 	"github.com/open-policy-agent/opa/v1/plugins"
 	opaserver "github.com/open-policy-agent/opa/v1/server"
 	"github.com/open-policy-agent/opa/v1/storage"
@@ -28,6 +29,7 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/compiler"
+	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
 	"github.com/lineage-guard/lineage/runtime/store/file"
@@ -54,6 +56,9 @@ type ServeRow struct {
 	PerSec    float64 `json:"decisions_per_sec"`
 	P50       int64   `json:"p50_ns"`
 	P99       int64   `json:"p99_ns"`
+	// CPUPerDecision is the CPU time the target's server processes used in
+	// its windows over the decisions they made (as deployed, on Linux only).
+	CPUPerDecision int64 `json:"cpu_per_decision_ns,omitempty"`
 }
 
 // ServeResult is what a service benchmark measured.
@@ -143,53 +148,18 @@ func RunServe(ctx context.Context, o ServeOptions) (*ServeResult, error) {
 		res.GOGC = "100 (default)"
 	}
 	say := func(format string, a ...any) { fmt.Fprintf(o.Progress, "bench serve: "+format+"\n", a...) }
-	newRuns := func() []*agentRun {
-		runs := make([]*agentRun, o.Agents)
-		for i := range runs {
-			w := ws[i%len(ws)]
-			runs[i] = &agentRun{w: w, ops: w.ops(uint64(i), o.Requests)}
-		}
-		return runs
-	}
+	newRuns := func() []*agentRun { return serveRuns(ws, o.Agents, o.Requests) }
 
 	// The inputs: every agent's decisions once through the runtime, each
-	// decision's query input kept for OPA (the times differ from the
-	// server's clock, which no rule of these policies reads but the
-	// extension's input carries).
+	// decision's query input kept for OPA.
 	say("recording the inputs: %d agents × %d decisions", o.Agents, o.Requests)
-	inputs := make([][][]byte, o.Agents)
-	var last []byte
-	rec := runtime.Open(memory.New(), runtime.Options{Compile: compile, OnDecision: func(_ string, in ast.Value) {
-		v, err := ast.JSON(in)
-		if err == nil {
-			last, err = json.Marshal(map[string]any{"input": v})
-		}
-		if err != nil {
-			last = nil
-		}
-	}})
-	mix := Mix{Reasons: map[string]int{}}
-	for i, a := range newRuns() {
-		id, err := rec.CreateAgent(ctx, a.w.compiled, runtime.CreateOptions{At: genesis})
-		if err != nil {
-			return nil, err
-		}
-		for k := range a.ops {
-			last = nil
-			v, err := decideOne(ctx, rec, id, a, k)
-			if err != nil {
-				return nil, err
-			}
-			if last == nil {
-				return nil, fmt.Errorf("bench serve: agent %d decision %d was not evaluated", i, k)
-			}
-			inputs[i] = append(inputs[i], last)
-			mix.count(v)
-		}
+	inputs, mix, err := recordInputs(ctx, newRuns())
+	if err != nil {
+		return nil, err
 	}
 	res.Workload = mix
 
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxIdleConns: 1024, IdleConnTimeout: time.Minute}}
+	hc := newHTTPClient()
 	defer hc.CloseIdleConnections()
 
 	opa, stopOPA, err := startOPA(ctx, ws)
@@ -219,7 +189,7 @@ func RunServe(ctx context.Context, o ServeOptions) (*ServeResult, error) {
 				if k >= len(inputs[i]) {
 					return false, nil
 				}
-				return true, opa.eval(ctx, hc, ws[i%len(ws)].compiled.Digest, inputs[i][k])
+				return true, postOPA(ctx, hc, opa.urls[ws[i%len(ws)].compiled.Digest], inputs[i][k])
 			})
 			if err != nil {
 				return nil, fmt.Errorf("bench serve: OPA: %w", err)
@@ -270,6 +240,62 @@ func (r ServeRow) String() string {
 func row(target string, clients int, lat []time.Duration, wall time.Duration) ServeRow {
 	return ServeRow{Target: target, Clients: clients, Decisions: len(lat), PerSec: float64(len(lat)) / wall.Seconds(),
 		P50: percentile(lat, 50), P99: percentile(lat, 99)}
+}
+
+// serveRuns are the agents of one level: agent i runs policy i % len(ws)
+// with the ops of seed i, the same in every process that makes them.
+func serveRuns(ws []*workload, agents, requests int) []*agentRun {
+	runs := make([]*agentRun, agents)
+	for i := range runs {
+		w := ws[i%len(ws)]
+		runs[i] = &agentRun{w: w, ops: w.ops(uint64(i), requests)}
+	}
+	return runs
+}
+
+// recordInputs runs every agent's decisions once through the runtime on a
+// memory store and keeps each decision's query input, as OPA's data API
+// takes it ({"input": ...}), for OPA; and the verdicts' mix. The times differ
+// from a server's clock, which no rule of these policies reads but the
+// extension's input carries.
+func recordInputs(ctx context.Context, runs []*agentRun) ([][][]byte, Mix, error) {
+	inputs := make([][][]byte, len(runs))
+	var last []byte
+	rec := runtime.Open(memory.New(), runtime.Options{Compile: compile, OnDecision: func(_ string, in ast.Value) {
+		v, err := ast.JSON(in)
+		if err == nil {
+			last, err = json.Marshal(map[string]any{"input": v})
+		}
+		if err != nil {
+			last = nil
+		}
+	}})
+	mix := Mix{Reasons: map[string]int{}}
+	for i, a := range runs {
+		id, err := rec.CreateAgent(ctx, a.w.compiled, runtime.CreateOptions{At: genesis})
+		if err != nil {
+			return nil, mix, err
+		}
+		for k := range a.ops {
+			last = nil
+			v, err := decideOne(ctx, rec, id, a, k)
+			if err != nil {
+				return nil, mix, err
+			}
+			if last == nil {
+				return nil, mix, fmt.Errorf("bench serve: agent %d decision %d was not evaluated", i, k)
+			}
+			inputs[i] = append(inputs[i], last)
+			mix.count(v)
+		}
+	}
+	return inputs, mix, nil
+}
+
+// newHTTPClient is the load's client: HTTP/1.1 keep-alive, a connection
+// kept per concurrent client.
+func newHTTPClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxIdleConns: 1024, IdleConnTimeout: time.Minute}}
 }
 
 func (res *ServeResult) targets() {
@@ -365,7 +391,14 @@ func driveService(ctx context.Context, st store.Store, hc *http.Client, runs []*
 		defer cancel()
 		_ = hs.Shutdown(sctx)
 	}()
-	url := "http://" + ln.Addr().String()
+	return driveGuard(ctx, "http://"+ln.Addr().String(), tok, hc, runs, clients, d, nil)
+}
+
+// driveGuard creates runs' agents through the guard service at url (with
+// the admin token tok) and drives their decisions over HTTP with the Go
+// client, for d at most: requests as agents, approvals as the admin. begin,
+// if not nil, is called once the agents exist, right before the decisions.
+func driveGuard(ctx context.Context, url, tok string, hc *http.Client, runs []*agentRun, clients int, d time.Duration, begin func()) ([]time.Duration, time.Duration, error) {
 	admin, err := client.New(url, tok, hc)
 	if err != nil {
 		return nil, 0, err
@@ -381,6 +414,9 @@ func driveService(ctx context.Context, st store.Store, hc *http.Client, runs []*
 		if bots[i], err = client.New(url, created.Token, hc); err != nil {
 			return nil, 0, err
 		}
+	}
+	if begin != nil {
+		begin()
 	}
 	return driveFor(ctx, len(runs), clients, d, func(i, k int) (bool, error) {
 		a := runs[i]
@@ -448,52 +484,73 @@ func startOPA(ctx context.Context, ws []*workload) (*opaServers, func(), error) 
 			stop()
 			return nil, nil, fmt.Errorf("bench serve: policy %s needs builtins OPA's server does not have", w.name)
 		}
-		st := inmem.New()
-		err := storage.Txn(ctx, st, storage.WriteParams, func(txn storage.Transaction) error {
-			for _, m := range w.compiled.Modules {
-				if err := st.UpsertPolicy(ctx, txn, m.Name, []byte(m.Source)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		h, stopH, err := opaHandler(ctx, w.compiled.Modules, nil)
 		if err != nil {
-			stop()
-			return nil, nil, err
-		}
-		m, err := plugins.New([]byte{}, "bench-"+w.name, st)
-		if err != nil {
-			stop()
-			return nil, nil, err
-		}
-		if err := m.Start(ctx); err != nil {
-			stop()
-			return nil, nil, err
-		}
-		s, err := opaserver.New().WithStore(st).WithManager(m).Init(ctx)
-		if err != nil {
-			m.Stop(ctx)
 			stop()
 			return nil, nil, fmt.Errorf("bench serve: OPA server for %s: %w", w.name, err)
 		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			m.Stop(ctx)
+			stopH()
 			stop()
 			return nil, nil, err
 		}
-		hs := &http.Server{Handler: s.Handler, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+		hs := newOPAHTTPServer(h)
 		go hs.Serve(ln)
-		stops = append(stops, func() { _ = hs.Close(); m.Stop(context.Background()) })
-		path := strings.ReplaceAll(strings.TrimPrefix(w.compiled.Query, "data."), ".", "/")
-		o.urls[w.compiled.Digest] = "http://" + ln.Addr().String() + "/v1/data/" + path
+		stops = append(stops, func() { _ = hs.Close(); stopH() })
+		o.urls[w.compiled.Digest] = "http://" + ln.Addr().String() + opaPath(w.compiled)
 	}
 	return o, stop, nil
 }
 
-// eval posts one input and reads the verdict back.
-func (o *opaServers) eval(ctx context.Context, hc *http.Client, digest string, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, "POST", o.urls[digest], bytes.NewReader(body))
+// opaHandler is OPA's own server (opa/v1/server with its plugin manager and
+// in-memory store) holding modules, the way `opa run --server` serves them;
+// logger nil is OPA's default logger.
+func opaHandler(ctx context.Context, modules []policy.Module, logger logging.Logger) (http.Handler, func(), error) {
+	st := inmem.New()
+	err := storage.Txn(ctx, st, storage.WriteParams, func(txn storage.Transaction) error {
+		for _, m := range modules {
+			if err := st.UpsertPolicy(ctx, txn, m.Name, []byte(m.Source)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	var opts []func(*plugins.Manager)
+	if logger != nil {
+		opts = append(opts, plugins.Logger(logger), plugins.ConsoleLogger(logger))
+	}
+	m, err := plugins.New([]byte{}, "lineage-bench", st, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := m.Start(ctx); err != nil {
+		return nil, nil, err
+	}
+	s, err := opaserver.New().WithStore(st).WithManager(m).Init(ctx)
+	if err != nil {
+		m.Stop(ctx)
+		return nil, nil, err
+	}
+	return s.Handler, func() { m.Stop(context.Background()) }, nil
+}
+
+// newOPAHTTPServer is the HTTP server around OPA's handler.
+func newOPAHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+}
+
+// opaPath is the data API path of c's verdict query: /v1/data/lineage/policy/verdict.
+func opaPath(c *policy.Compiled) string {
+	return "/v1/data/" + strings.ReplaceAll(strings.TrimPrefix(c.Query, "data."), ".", "/")
+}
+
+// postOPA posts one input to OPA's data API at url and reads the verdict back.
+func postOPA(ctx context.Context, hc *http.Client, url string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package nodetest
+package nodes
 
 import (
 	"context"
@@ -31,7 +31,7 @@ import (
 // benchWindow is how long each measurement of BenchmarkNodes runs: pgbench's
 // -T (rounded up to whole seconds) and each node count's window of
 // decisions. The default keeps `-benchtime 1x` (CI) to a few seconds; a
-// longer run: `go test ./internal/nodetest -run '^$' -bench Nodes -nodes.window 10s`.
+// longer run: `go test ./cmd/lineagec/internal/bench/nodes -run '^$' -bench Nodes -nodes.window 10s`.
 var benchWindow = flag.Duration("nodes.window", time.Second, "BenchmarkNodes: length of each measurement")
 
 // benchCommitters sets each node's group commits in flight (0: the store's default).

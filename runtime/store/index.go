@@ -161,7 +161,19 @@ type IndexChange struct {
 // terminated (its pending requests stay pending in the log, and the lists
 // drop them: nobody can decide them any more). It reads only the members
 // it needs; the record's chain is the runtime's to check.
+//
+// A decision's records (action, approval, termination) are read by
+// indexChangeFast in one pass; anything it is not sure of, and the rarer
+// kinds, by encoding/json, whose reading is the definition of both.
 func IndexChangeOf(agent string, seq uint64, rec []byte) (IndexChange, error) {
+	if ch, ok := indexChangeFast(agent, seq, rec); ok {
+		return ch, nil
+	}
+	return indexChangeDecoded(agent, seq, rec)
+}
+
+// indexChangeDecoded is IndexChangeOf by encoding/json.
+func indexChangeDecoded(agent string, seq uint64, rec []byte) (IndexChange, error) {
 	var r struct {
 		Kind string          `json:"kind"`
 		At   string          `json:"at"`
@@ -218,12 +230,7 @@ func IndexChangeOf(agent string, seq uint64, rec []byte) (IndexChange, error) {
 		}
 		err = json.Unmarshal(r.Body, &b)
 		if err == nil && b.Verdict.Decision == "pending" {
-			args := b.Request.Args
-			if len(bytes.TrimSpace(args)) == 0 || string(args) == "null" {
-				args = json.RawMessage("{}")
-			}
-			ch.AddPending = &PendingRow{Agent: agent, RequestID: b.Request.ID, Seq: seq,
-				Tool: b.Request.Tool, Args: args, At: r.At}
+			ch.AddPending = pendingRow(agent, seq, r.At, b.Request.ID, b.Request.Tool, b.Request.Args)
 		}
 	case "approval":
 		var b struct {
@@ -240,6 +247,15 @@ func IndexChangeOf(agent string, seq uint64, rec []byte) (IndexChange, error) {
 		return IndexChange{}, fmt.Errorf("store: index %s seq %d: %w", agent, seq, err)
 	}
 	return ch, nil
+}
+
+// pendingRow is the pending request of an action record; args are the raw
+// JSON of its request's args, which the row keeps (a copy).
+func pendingRow(agent string, seq uint64, at, id, tool string, args []byte) *PendingRow {
+	if len(bytes.TrimSpace(args)) == 0 || string(args) == "null" {
+		args = []byte("{}")
+	}
+	return &PendingRow{Agent: agent, RequestID: id, Seq: seq, Tool: tool, Args: bytes.Clone(args), At: at}
 }
 
 // ParsePendingKey splits a PendingKey (of a decoded cursor).

@@ -162,9 +162,11 @@ type IndexChange struct {
 // drop them: nobody can decide them any more). It reads only the members
 // it needs; the record's chain is the runtime's to check.
 //
-// A decision's records (action, approval, termination) are read by
-// indexChangeFast in one pass; anything it is not sure of, and the rarer
-// kinds, by encoding/json, whose reading is the definition of both.
+// Its definition is encoding/json's reading (indexChangeDecoded). The
+// records a decision appends (action, approval, termination) are read by
+// indexChangeFast, which answers only where that reading agrees, by D410
+// (the index reads a decision's records in one tokenizer pass); anything
+// else, and the rarer kinds, by encoding/json.
 func IndexChangeOf(agent string, seq uint64, rec []byte) (IndexChange, error) {
 	if ch, ok := indexChangeFast(agent, seq, rec); ok {
 		return ch, nil

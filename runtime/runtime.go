@@ -66,7 +66,7 @@ type Runtime struct {
 	mu      sync.Mutex
 	agents  *agentTable
 	engines map[string]*engineSlot
-	watch   atomic.Pointer[LogWatch] // tail.go
+	watch   atomic.Pointer[LogWatch] // checkpoint.go
 	tracer  trace.Tracer             // trace.go
 }
 

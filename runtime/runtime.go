@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime/store"
 )
@@ -26,8 +27,9 @@ import (
 // Options configure a Runtime.
 type Options struct {
 	// Compile turns a normalized policy document (from a log's record 1) back
-	// into a compiled policy when an existing agent is opened. The CLI passes
-	// the compiler's; the runtime itself never compiles.
+	// into a compiled policy when an existing agent is opened; nil means
+	// compiler.CompileRecorded, the project's compiler (D405 (a nil Compile is
+	// the compiler's)). The runtime calls it only to reopen a log.
 	Compile func(doc []byte) (*policy.Compiled, error)
 	// Clock gives the time of requests that carry none; nil means time.Now.
 	Clock func() time.Time
@@ -92,6 +94,9 @@ type agent struct {
 // Open starts a runtime over a store. Agents are loaded (their logs replayed
 // and verified) on first use.
 func Open(st store.Store, opts Options) *Runtime {
+	if opts.Compile == nil {
+		opts.Compile = compiler.CompileRecorded
+	}
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
@@ -236,9 +241,6 @@ func (r *Runtime) load(ctx context.Context, id string) (*agent, error) {
 // replay opens an agent from its log: every record verified and folded, with
 // the checks VerifyLog runs (so that verify says ok exactly when this opens).
 func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
-	if r.opts.Compile == nil {
-		return nil, fmt.Errorf("agent %s: the runtime has no compiler to load its policy", id)
-	}
 	f := newFolded()
 	fo := folder{f: f, compile: r.compileKnown}
 	err := r.store.Scan(id, fo.line)

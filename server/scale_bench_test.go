@@ -19,7 +19,6 @@ import (
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/internal/servertest"
-	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
 )
@@ -69,7 +68,7 @@ func scale(tb testing.TB, n int) scaleResult {
 	// written into the directory as the file store lays them out; the first
 	// open reads every log into the index (rebuild) and saves it at close.
 	mem := store.NewMemory()
-	rt := runtime.Open(mem, runtime.Options{Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) }})
+	rt := runtime.Open(mem, runtime.Options{})
 	start := time.Now()
 	ids := make([]string, n)
 	var wg sync.WaitGroup

@@ -17,7 +17,6 @@ import (
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/internal/pgtest"
-	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
 	"github.com/lineage-guard/lineage/runtime/store/postgres"
@@ -39,7 +38,6 @@ func scriptAgent(t *testing.T, st store.Store) string {
 	ctx := context.Background()
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	rt := runtime.Open(st, runtime.Options{
-		Compile:    func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
 		Clock:      func() time.Time { return t0 },
 		NewAgentID: func() string { return "agt_export" },
 	})

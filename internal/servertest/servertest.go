@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
 	"github.com/lineage-guard/lineage/server"
@@ -85,9 +83,7 @@ func Start(t testing.TB, opts ...Option) *Service {
 		}
 		s.Store, s.File = st, st
 	}
-	ropts := runtime.Options{
-		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) },
-	}
+	ropts := runtime.Options{}
 	for _, edit := range o.runtime {
 		edit(&ropts)
 	}

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
 )
@@ -34,9 +32,7 @@ func openRuntime(t *testing.T) *runtime.Runtime {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return runtime.Open(st, runtime.Options{
-		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
-	})
+	return runtime.Open(st, runtime.Options{})
 }
 
 func TestSessionsExpire(t *testing.T) {

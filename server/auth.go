@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/lineage-guard/lineage/internal/diag"
-	"github.com/lineage-guard/lineage/internal/jsontext"
+	"github.com/lineage-guard/lineage/internal/strictjson"
 	"github.com/lineage-guard/lineage/internal/source"
 )
 
@@ -94,7 +94,7 @@ func ParseAuth(file string, data []byte) ([]Entry, error) {
 	var f struct {
 		Principals []Entry `json:"principals"`
 	}
-	if err := jsontext.Unmarshal(raw, &f, 0); err != nil {
+	if err := strictjson.Unmarshal(raw, &f, 0); err != nil {
 		return nil, err
 	}
 	names, digests := map[string]bool{}, map[string]bool{}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/internal/jsontext"
+	"github.com/lineage-guard/lineage/internal/strictjson"
 	"github.com/lineage-guard/lineage/mcpproxy"
 )
 
@@ -187,7 +187,7 @@ func decideHook(ctx context.Context, p hookParams, stdin io.Reader, stderr io.Wr
 	if err == nil {
 		// The one strict reader, D371 (the hook's event read strictly):
 		// Claude Code's members exactly, the ones it adds skipped.
-		err = jsontext.UnmarshalOpen(raw, &ev, 0)
+		err = strictjson.UnmarshalOpen(raw, &ev, 0)
 	}
 	if err == nil && ev.HookEventName == nil {
 		err = errors.New("it has no hook_event_name")

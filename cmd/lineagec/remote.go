@@ -15,7 +15,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/internal/jsontext"
+	"github.com/lineage-guard/lineage/internal/strictjson"
 )
 
 // The CLI as a client of `lineagec serve` (docs/service.md): with --server URL (or
@@ -231,7 +231,7 @@ func remoteLog(ctx context.Context, c *client.Client, agent, format string, stdo
 	var recs []lineage.Record
 	for _, line := range bytes.Split(bytes.TrimSuffix(b, []byte{'\n'}), []byte{'\n'}) {
 		var rec lineage.Record
-		if err := jsontext.Unmarshal(line, &rec, 0); err != nil {
+		if err := strictjson.Unmarshal(line, &rec, 0); err != nil {
 			return fmt.Errorf("the server sent a line that is not a record: %w", err)
 		}
 		recs = append(recs, rec)

@@ -15,8 +15,8 @@ import (
 	"strings"
 
 	"github.com/lineage-guard/lineage/internal/diag"
-	"github.com/lineage-guard/lineage/internal/strictjson"
 	"github.com/lineage-guard/lineage/internal/source"
+	"github.com/lineage-guard/lineage/internal/strictjson"
 )
 
 // Role is what a principal may do (docs/service.md).

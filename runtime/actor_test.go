@@ -10,7 +10,7 @@ import (
 )
 
 // TestApproverNames: an approver (and whoever pulls the kill switch) is a
-// name a person can read and that is not the agent's (docs/approvals.md, D52).
+// name a person can read and that is not the agent's (docs/approvals.md, D52 (approver names)).
 func TestApproverNames(t *testing.T) {
 	st := newMem()
 	rt := runtime.Open(st, opts("names"))

@@ -557,7 +557,7 @@ func TestShortLogs(t *testing.T) {
 
 // TestVerifyAgreesWithOpen: a log whose policy record was edited and
 // rehashed (its digest no longer that of its document), and a log whose
-// policy does not compile, fail verify and open alike, at seq 1 (docs/log.md, D53).
+// policy does not compile, fail verify and open alike, at seq 1 (docs/log.md, D53 (verify runs what open runs)).
 func TestVerifyAgreesWithOpen(t *testing.T) {
 	const agent = "agt_verify"
 	good := []byte(`{"budget":5,"default_rule":null,"rate_limit":null,"rego":[],"scar_limit":10,"scar_weights":{"minor":1,"moderate":3,"severe":10},"tools":{"pay":{"cost":1,"requires_approval":false,"when":[]}}}`)

@@ -661,7 +661,7 @@ func TestTimesARecordCannotHold(t *testing.T) {
 
 // TestTimesTheRuntimeHolds: a time the runtime cannot keep exactly as int64
 // nanoseconds since 1970 (record, window, at_ns) is a malformed request and
-// nothing is recorded; 1970 through 2262-04-11 work (docs/decision-order.md, D50).
+// nothing is recorded; 1970 through 2262-04-11 work (docs/decision-order.md, D50 (the times the guard holds)).
 func TestTimesTheRuntimeHolds(t *testing.T) {
 	st := newMem()
 	rt := runtime.Open(st, opts("times"))
@@ -698,7 +698,7 @@ tools: {pay: {cost: 1}}
 
 // TestRetryBeforeTimeCheck: an exact retry is answered before any time
 // check, and a request still pending when the agent was terminated answers
-// deny terminated (docs/decision-order.md step 1, D51).
+// deny terminated (docs/decision-order.md step 1, D51 (retries come before time checks)).
 func TestRetryBeforeTimeCheck(t *testing.T) {
 	st := newMem()
 	rt := runtime.Open(st, opts("retry"))

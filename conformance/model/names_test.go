@@ -9,7 +9,7 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 )
 
-// TestNamesAndTimes: D50 (times the runtime holds) and D52 (approvers are named) in the model: approver and kill switch
+// TestNamesAndTimes: D50 (the times the guard holds) and D52 (approver names) in the model: approver and kill switch
 // names, and the times a request may carry.
 func TestNamesAndTimes(t *testing.T) {
 	m := newModel(t, policy.Policy{Budget: 10, Tools: map[string]policy.ToolRule{"wire": {Cost: 1, RequiresApproval: true}}})

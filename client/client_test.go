@@ -14,7 +14,7 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 	"github.com/lineage-guard/lineage/server/servertest"
 )
 
@@ -24,7 +24,7 @@ var bg = context.Background()
 // returns its URL, an admin token and the runtime (to read the log).
 func serve(t *testing.T, wrap func(http.Handler) http.Handler) (string, string, *runtime.Runtime) {
 	t.Helper()
-	svc := servertest.Start(t, servertest.WithStore(store.NewMemory()), servertest.WithHandler(wrap))
+	svc := servertest.Start(t, servertest.WithStore(memory.New()), servertest.WithHandler(wrap))
 	return svc.URL, svc.AdminToken, svc.Runtime
 }
 

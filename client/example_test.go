@@ -10,7 +10,7 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 	"github.com/lineage-guard/lineage/server"
 )
 
@@ -22,7 +22,7 @@ func Example() {
 	ctx := context.Background()
 	adminToken := server.NewToken()
 	srv, err := server.New(server.Config{
-		Runtime:    runtime.Open(store.NewMemory(), runtime.Options{}),
+		Runtime:    runtime.Open(memory.New(), runtime.Options{}),
 		Principals: []server.Entry{{Name: "root", Role: server.RoleAdmin, TokenSHA256: server.TokenSHA256(adminToken)}},
 		Key:        server.NewKey(),
 	})

@@ -8,7 +8,7 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 // Example guards one agent: a request within its budget is allowed, one
@@ -26,7 +26,7 @@ tools:
 		fmt.Println(err)
 		return
 	}
-	st := store.NewMemory() // or store.OpenFile(dir, store.FileOptions{})
+	st := memory.New() // or file.Open(dir, file.Options{})
 	rt := runtime.Open(st, runtime.Options{})
 	start := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC) // requests without At take the clock's time
 	id, err := rt.CreateAgent(ctx, c, runtime.CreateOptions{Name: "invoice-bot", At: start})

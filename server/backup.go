@@ -32,5 +32,5 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request, _ Principal) err
 	return nil
 }
 
-// BackupFunc writes a backup of the server's store to w (internal/backup).
+// BackupFunc writes a backup of the server's store to w (runtime/backup).
 type BackupFunc func(ctx context.Context, w io.Writer) error

@@ -12,6 +12,7 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 )
 
 type verifyParams struct {
@@ -107,7 +108,7 @@ func runVerify(p verifyParams, args []string, stdout, stderr io.Writer) error {
 				return cerr
 			}
 			for _, d := range diff {
-				fmt.Fprintf(stderr, "warning: the store's index differs from the log: %s (it is read again from the logs when the store next opens with the log changed, or without %s)\n", d, store.IndexName)
+				fmt.Fprintf(stderr, "warning: the store's index differs from the log: %s (it is read again from the logs when the store next opens with the log changed, or without %s)\n", d, file.IndexName)
 			}
 		}
 		if err == nil {
@@ -155,7 +156,7 @@ func runVerify(p verifyParams, args []string, stdout, stderr io.Writer) error {
 // looksLikePath tells a file name from an agent id (which has no path
 // separator and no .jsonl suffix), for a target that does not exist.
 func looksLikePath(s string) bool {
-	return strings.ContainsRune(s, '/') || strings.ContainsRune(s, os.PathSeparator) || strings.HasSuffix(s, store.Ext)
+	return strings.ContainsRune(s, '/') || strings.ContainsRune(s, os.PathSeparator) || strings.HasSuffix(s, file.Ext)
 }
 
 func isDamage(err error) bool {
@@ -164,13 +165,13 @@ func isDamage(err error) bool {
 }
 
 // verifyFile verifies a log file's lines, read by the store's own rules
-// (store.ScanFile): a final segment that is not a whole record is a torn tail,
+// (file.ScanFile): a final segment that is not a whole record is a torn tail,
 // ignored as the store ignores it and reported on stderr.
 func verifyFile(path string, stderr io.Writer) ([]lineage.Record, error) {
 	var torn int64
 	recs, err := runtime.VerifyLog(func(fn func(uint64, []byte) error) error {
 		var err error
-		torn, err = store.ScanFile(path, fn)
+		torn, err = file.ScanFile(path, fn)
 		return err
 	}, compileLogged)
 	if torn > 0 {

@@ -7,15 +7,18 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 )
 
+// invoiceYAML is a policy file's text: two tools, one that needs a person.
+const invoiceYAML = `budget: 100
+tools:
+  read_invoice: { cost: 0 }
+  pay_invoice:  { cost: 1, requires_approval: true }
+`
+
 // Example compiles a policy file's text into the policy with every default
 // filled in (scar_limit 10 here). A mistake comes back as diagnostics, every
 // one, each naming the file, line, column and JSON pointer.
 func Example() {
-	c, err := compiler.Compile("invoice.yaml", []byte(`budget: 100
-tools:
-  read_invoice: { cost: 0 }
-  pay_invoice:  { cost: 1, requires_approval: true }
-`))
+	c, err := compiler.Compile("invoice.yaml", []byte(invoiceYAML))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -45,11 +48,7 @@ func ExampleCompilePolicy() {
 		fmt.Println(err)
 		return
 	}
-	fromYAML, err := compiler.Compile("", []byte(`budget: 100
-tools:
-  read_invoice: { cost: 0 }
-  pay_invoice:  { cost: 1, requires_approval: true }
-`))
+	fromYAML, err := compiler.Compile("", []byte(invoiceYAML))
 	if err != nil {
 		fmt.Println(err)
 		return

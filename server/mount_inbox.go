@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/api"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/server/inbox"
 )
@@ -21,8 +22,10 @@ func (s *Server) mountInbox() {
 			p, ok := s.auth.Load().principal(token)
 			return inbox.Principal{Name: p.Name, Role: string(p.Role)}, ok
 		},
-		Present: func(p inbox.Principal) bool { return s.auth.Load().has(Principal{Name: p.Name, Role: Role(p.Role)}) },
-		Events:  http.HandlerFunc(s.handleEvents),
+		Present: func(p inbox.Principal) bool {
+			return s.auth.Load().has(api.Principal{Name: p.Name, Role: api.Role(p.Role)})
+		},
+		Events: http.HandlerFunc(s.handleEvents),
 		Decide: func(ctx context.Context, by, agent, id, note string, approve bool) (lineage.Verdict, error) {
 			if err := s.clockErr(); err != nil {
 				return lineage.Verdict{}, err
@@ -36,7 +39,7 @@ func (s *Server) mountInbox() {
 			if approve {
 				decide = s.rt.Approve
 			}
-			return s.decideAs(ctx, Principal{Name: by}, agent, id, note, decide)
+			return s.decideAs(ctx, api.Principal{Name: by}, agent, id, note, decide)
 		},
 		Terminate: func(ctx context.Context, by, agent, note string) error {
 			if err := s.clockErr(); err != nil {
@@ -64,7 +67,7 @@ func (s *Server) mountInbox() {
 		},
 		Status: func(err error) (int, string) {
 			e := errorOf(err)
-			return e.status, e.Code
+			return e.wire.Status, e.wire.Code
 		},
 		Logger: s.log,
 	})

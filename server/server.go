@@ -21,6 +21,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/api"
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/internal/diag"
 	"github.com/lineage-guard/lineage/runtime"
@@ -183,7 +184,7 @@ func (s *Server) clockErr() error {
 		return nil
 	}
 	if err := s.cfg.Clock.Unsynced(); err != nil {
-		return newError(http.StatusServiceUnavailable, CodeClockUnsynced, err.Error()+"; nothing was recorded")
+		return newError(api.CodeClockUnsynced, err.Error()+"; nothing was recorded")
 	}
 	return nil
 }
@@ -203,7 +204,7 @@ const (
 type route struct {
 	method, path string
 	who          access
-	h            func(w http.ResponseWriter, r *http.Request, p Principal) error
+	h            func(w http.ResponseWriter, r *http.Request, p api.Principal) error
 }
 
 func (rt route) pattern() string { return rt.method + " " + rt.path }
@@ -227,16 +228,16 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/agents/{agent}/proof/{seq}", staffOrSelf, s.proof},
 		{"GET", "/v1/pending", staff, s.pending},
 		{"GET", "/v1/backup", adminOnly, s.backup},
-		{"GET", "/v1/events", staff, func(w http.ResponseWriter, r *http.Request, _ Principal) error {
+		{"GET", "/v1/events", staff, func(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 			s.handleEvents(w, r)
 			return nil
 		}},
 		{"GET", "/health", public, s.health},
-		{"GET", "/metrics", public, func(w http.ResponseWriter, r *http.Request, _ Principal) error {
+		{"GET", "/metrics", public, func(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 			promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 			return nil
 		}},
-		{"GET", "/v1/openapi.json", public, func(w http.ResponseWriter, r *http.Request, _ Principal) error {
+		{"GET", "/v1/openapi.json", public, func(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 			w.Header().Set("Content-Type", "application/json")
 			_, err := w.Write(openAPI)
 			return err
@@ -250,19 +251,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
 	if p == "" || p[0] != '/' || path.Clean(p) != p {
 		s.log.Info("request", "method", r.Method, "path", p, "status", http.StatusBadRequest)
-		writeError(w, newError(http.StatusBadRequest, CodeBadRequest, "the path is not clean (no '..', '.' or '//' segments, encoded or not)"))
+		writeError(w, newError(api.CodeBadRequest, "the path is not clean (no '..', '.' or '//' segments, encoded or not)"))
 		return
 	}
 	h, pattern := s.mux.Handler(r)
 	if pattern == "" {
 		rec := &statusRecorder{header: http.Header{}}
 		h.ServeHTTP(rec, r)
-		e := newError(http.StatusNotFound, CodeNotFound, fmt.Sprintf("no route %s %s", r.Method, p))
+		e := newError(api.CodeNotFound, fmt.Sprintf("no route %s %s", r.Method, p))
 		if rec.status == http.StatusMethodNotAllowed {
-			e = newError(http.StatusMethodNotAllowed, CodeMethod, fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, p, rec.header.Get("Allow")))
+			e = newError(api.CodeMethod, fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, p, rec.header.Get("Allow")))
 			w.Header().Set("Allow", rec.header.Get("Allow"))
 		}
-		s.log.Info("request", "method", r.Method, "path", p, "status", e.status)
+		s.log.Info("request", "method", r.Method, "path", p, "status", e.wire.Status)
 		writeError(w, e)
 		return
 	}
@@ -326,7 +327,7 @@ func (s *Server) wrap(rt route) http.Handler {
 			if sw.status == 0 {
 				writeError(sw, e)
 			}
-			if e.status >= 500 {
+			if e.wire.Status >= 500 {
 				s.log.Error("request failed", "method", r.Method, "route", rt.path, "error", err.Error())
 			}
 		}
@@ -347,22 +348,22 @@ func (s *Server) wrap(rt route) http.Handler {
 }
 
 // authorize finds the caller's principal and checks it may call the route.
-func (s *Server) authorize(r *http.Request, who access) (Principal, error) {
+func (s *Server) authorize(r *http.Request, who access) (api.Principal, error) {
 	if who == public {
-		return Principal{}, nil
+		return api.Principal{}, nil
 	}
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		return Principal{}, newError(http.StatusUnauthorized, CodeUnauthorized, "this call needs Authorization: Bearer <token>")
+		return api.Principal{}, newError(api.CodeUnauthorized, "this call needs Authorization: Bearer <token>")
 	}
 	p, ok := s.auth.Load().principal(strings.TrimSpace(token))
 	if !ok {
 		// D307 (under --auth, admin.token is not a key): say where tokens come from.
-		return Principal{}, newError(http.StatusUnauthorized, CodeUnauthorized, "the token is not known to this server "+
+		return api.Principal{}, newError(api.CodeUnauthorized, "the token is not known to this server "+
 			"(admins and approvers are the principals of its --auth file, or, without --auth, the admin token in its data directory's admin.token; "+
 			"an agent token is valid only for the server key it was made under)")
 	}
-	if p.Role == RoleAgent {
+	if p.Role == api.RoleAgent {
 		// Every call of an agent's token counts, before anything is done.
 		if wait, ok := s.quota.take(p.Agent, time.Now()); !ok {
 			s.met.throttled.Inc()
@@ -371,35 +372,35 @@ func (s *Server) authorize(r *http.Request, who access) (Principal, error) {
 	}
 	agent := r.PathValue("agent")
 	if agent != "" && !agentIDPattern.MatchString(agent) {
-		return p, newError(http.StatusNotFound, CodeUnknownAgent, fmt.Sprintf("%q is not an agent id", agent))
+		return p, newError(api.CodeUnknownAgent, fmt.Sprintf("%q is not an agent id", agent))
 	}
 	allowed := false
 	switch who {
 	case anyone:
 		allowed = true
 	case adminOnly:
-		allowed = p.Role == RoleAdmin
+		allowed = p.Role == api.RoleAdmin
 	case staff:
-		allowed = p.Role == RoleAdmin || p.Role == RoleApprover
+		allowed = p.Role == api.RoleAdmin || p.Role == api.RoleApprover
 	case staffOrSelf:
-		allowed = p.Role == RoleAdmin || p.Role == RoleApprover || (p.Role == RoleAgent && p.Agent == agent)
+		allowed = p.Role == api.RoleAdmin || p.Role == api.RoleApprover || (p.Role == api.RoleAgent && p.Agent == agent)
 	case adminOrSelf:
-		allowed = p.Role == RoleAdmin || (p.Role == RoleAgent && p.Agent == agent)
+		allowed = p.Role == api.RoleAdmin || (p.Role == api.RoleAgent && p.Agent == agent)
 	}
 	if !allowed {
-		return p, newError(http.StatusForbidden, CodeForbidden, fmt.Sprintf("%s %q may not call %s %s", p.Role, p.Name, r.Method, r.URL.Path))
+		return p, newError(api.CodeForbidden, fmt.Sprintf("%s %q may not call %s %s", p.Role, p.Name, r.Method, r.URL.Path))
 	}
 	return p, nil
 }
 
-func writeError(w http.ResponseWriter, e *Error) {
-	if e.status == http.StatusUnauthorized {
+func writeError(w http.ResponseWriter, e *httpError) {
+	if e.wire.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="lineage"`)
 	}
 	if e.retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(e.retryAfter))
 	}
-	writeJSON(w, e.status, e)
+	writeJSON(w, e.wire.Status, e.wire)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) error {
@@ -420,32 +421,32 @@ type createBody struct {
 	Parent string          `json:"parent"`
 }
 
-func (s *Server) createAgent(w http.ResponseWriter, r *http.Request, _ Principal) error {
+func (s *Server) createAgent(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 	var b createBody
 	if err := decodeBody(w, r, &b); err != nil {
 		return badRequest(err)
 	}
 	if len(b.Policy) == 0 || bytes.Equal(b.Policy, []byte("null")) {
-		return newError(http.StatusBadRequest, CodeBadRequest, "/policy: a policy document is required")
+		return newError(api.CodeBadRequest, "/policy: a policy document is required")
 	}
 	if b.Policy[0] != '{' {
-		return newError(http.StatusBadRequest, CodeBadRequest, "/policy: expected an object")
+		return newError(api.CodeBadRequest, "/policy: expected an object")
 	}
 	if d := regoPaths(b.Policy); len(d) > 0 {
-		return &Error{status: http.StatusBadRequest, Code: CodeInvalidPolicy, Message: "the policy is invalid", Errors: d}
+		return invalidPolicy(d)
 	}
 	c, err := compiler.Compile("", b.Policy)
 	if err != nil {
 		var list diag.List
 		if errors.As(err, &list) {
-			return &Error{status: http.StatusBadRequest, Code: CodeInvalidPolicy, Message: "the policy is invalid", Errors: list}
+			return invalidPolicy(list)
 		}
-		return &Error{status: http.StatusBadRequest, Code: CodeInvalidPolicy, Message: err.Error()}
+		return newError(api.CodeInvalidPolicy, err.Error())
 	}
 	opts := runtime.CreateOptions{Name: b.Name}
 	if b.Parent != "" {
 		if !agentIDPattern.MatchString(b.Parent) {
-			return newError(http.StatusNotFound, CodeUnknownAgent, fmt.Sprintf("parent %q is not an agent id", b.Parent))
+			return newError(api.CodeUnknownAgent, fmt.Sprintf("parent %q is not an agent id", b.Parent))
 		}
 		opts.Parent = &lineage.Parent{Agent: b.Parent}
 	}
@@ -486,7 +487,7 @@ type agentRow struct {
 	Error  string `json:"error,omitempty"`
 }
 
-func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, _ Principal) error {
+func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 	q, err := listQuery(r, true)
 	if err != nil {
 		return err
@@ -522,24 +523,24 @@ func listQuery(r *http.Request, status bool) (runtime.ListQuery, error) {
 	}
 	for k, v := range r.URL.Query() {
 		if len(v) != 1 {
-			return q, newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("query parameter %q given %d times", k, len(v)))
+			return q, newError(api.CodeBadRequest, fmt.Sprintf("query parameter %q given %d times", k, len(v)))
 		}
 		switch {
 		case k == "limit":
 			n, err := strconv.Atoi(v[0])
 			if err != nil || n < 1 || n > store.MaxListLimit {
-				return q, newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("limit %q: expected a whole number from 1 to %d", v[0], store.MaxListLimit))
+				return q, newError(api.CodeBadRequest, fmt.Sprintf("limit %q: expected a whole number from 1 to %d", v[0], store.MaxListLimit))
 			}
 			q.Limit = n
 		case k == "cursor":
 			q.Cursor = v[0]
 		case k == "status" && status:
 			if v[0] != store.StatusAlive && v[0] != store.StatusTerminated && v[0] != store.StatusDamaged {
-				return q, newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("status %q: expected alive, terminated or damaged", v[0]))
+				return q, newError(api.CodeBadRequest, fmt.Sprintf("status %q: expected alive, terminated or damaged", v[0]))
 			}
 			q.Status = v[0]
 		default:
-			return q, newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("unknown query parameter %q (only %s)", k, known))
+			return q, newError(api.CodeBadRequest, fmt.Sprintf("unknown query parameter %q (only %s)", k, known))
 		}
 	}
 	return q, nil
@@ -548,16 +549,16 @@ func listQuery(r *http.Request, status bool) (runtime.ListQuery, error) {
 // listError makes a cursor that no page gave a 400.
 func listError(err error) error {
 	if errors.Is(err, store.ErrBadCursor) {
-		return newError(http.StatusBadRequest, CodeBadRequest, "cursor: not a next_cursor of this list")
+		return newError(api.CodeBadRequest, "cursor: not a next_cursor of this list")
 	}
 	return err
 }
 
-func (s *Server) whoami(w http.ResponseWriter, _ *http.Request, p Principal) error {
+func (s *Server) whoami(w http.ResponseWriter, _ *http.Request, p api.Principal) error {
 	return writeJSON(w, http.StatusOK, p)
 }
 
-func (s *Server) state(w http.ResponseWriter, r *http.Request, _ Principal) error {
+func (s *Server) state(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 	agent := r.PathValue("agent")
 	st, err := s.rt.State(r.Context(), agent)
 	if err != nil {
@@ -566,7 +567,7 @@ func (s *Server) state(w http.ResponseWriter, r *http.Request, _ Principal) erro
 	return writeJSON(w, http.StatusOK, st)
 }
 
-func (s *Server) policy(w http.ResponseWriter, r *http.Request, _ Principal) error {
+func (s *Server) policy(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 	agent := r.PathValue("agent")
 	info, err := s.rt.Info(r.Context(), agent)
 	if err != nil {
@@ -583,14 +584,14 @@ type requestBody struct {
 	At   json.RawMessage `json:"at"`
 }
 
-func (s *Server) request(w http.ResponseWriter, r *http.Request, _ Principal) error {
+func (s *Server) request(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 	agent := r.PathValue("agent")
 	var b requestBody
 	if err := decodeBody(w, r, &b); err != nil {
 		return badRequest(err)
 	}
 	if b.At != nil {
-		return newError(http.StatusBadRequest, CodeBadRequest, "/at: the server's clock gives the time of a request; leave at out")
+		return newError(api.CodeBadRequest, "/at: the server's clock gives the time of a request; leave at out")
 	}
 	if err := s.checkMark(r.Context(), agent); err != nil {
 		return err
@@ -641,19 +642,19 @@ func (s *Server) name(ctx context.Context, agent string) string {
 	return info.Name
 }
 
-func (s *Server) getRequest(w http.ResponseWriter, r *http.Request, _ Principal) error {
+func (s *Server) getRequest(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 	agent, id := r.PathValue("agent"), r.PathValue("id")
 	var wait time.Duration
 	q := r.URL.Query()
 	for k := range q {
 		if k != "wait" {
-			return newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("unknown query parameter %q (only wait)", k))
+			return newError(api.CodeBadRequest, fmt.Sprintf("unknown query parameter %q (only wait)", k))
 		}
 	}
 	if ws := q.Get("wait"); ws != "" {
 		d, err := time.ParseDuration(ws)
 		if err != nil || d < 0 || d > MaxWait {
-			return newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("wait=%q: a duration such as 30s, at most %s", ws, MaxWait))
+			return newError(api.CodeBadRequest, fmt.Sprintf("wait=%q: a duration such as 30s, at most %s", ws, MaxWait))
 		}
 		wait = d
 	}
@@ -713,15 +714,15 @@ func noteOf(w http.ResponseWriter, r *http.Request) (string, error) {
 	return note, runtime.CheckNote(note)
 }
 
-func (s *Server) approve(w http.ResponseWriter, r *http.Request, p Principal) error {
+func (s *Server) approve(w http.ResponseWriter, r *http.Request, p api.Principal) error {
 	return s.decidePending(w, r, p, s.rt.Approve)
 }
 
-func (s *Server) reject(w http.ResponseWriter, r *http.Request, p Principal) error {
+func (s *Server) reject(w http.ResponseWriter, r *http.Request, p api.Principal) error {
 	return s.decidePending(w, r, p, s.rt.Reject)
 }
 
-func (s *Server) decidePending(w http.ResponseWriter, r *http.Request, p Principal,
+func (s *Server) decidePending(w http.ResponseWriter, r *http.Request, p api.Principal,
 	decide func(context.Context, string, runtime.Approval) (lineage.Verdict, error)) error {
 	agent, id := r.PathValue("agent"), r.PathValue("id")
 	note, err := noteOf(w, r)
@@ -739,7 +740,7 @@ func (s *Server) decidePending(w http.ResponseWriter, r *http.Request, p Princip
 }
 
 // decideAs approves or rejects as p, then tells the streams and the waiters.
-func (s *Server) decideAs(ctx context.Context, p Principal, agent, id, note string,
+func (s *Server) decideAs(ctx context.Context, p api.Principal, agent, id, note string,
 	decide func(context.Context, string, runtime.Approval) (lineage.Verdict, error)) (lineage.Verdict, error) {
 	start := time.Now()
 	v, err := decide(ctx, agent, runtime.Approval{RequestID: id, By: p.Name, Note: note})
@@ -753,7 +754,7 @@ func (s *Server) decideAs(ctx context.Context, p Principal, agent, id, note stri
 	return v, nil
 }
 
-func (s *Server) terminate(w http.ResponseWriter, r *http.Request, p Principal) error {
+func (s *Server) terminate(w http.ResponseWriter, r *http.Request, p api.Principal) error {
 	agent := r.PathValue("agent")
 	var b struct {
 		Reason string `json:"reason"`
@@ -771,19 +772,19 @@ func (s *Server) terminate(w http.ResponseWriter, r *http.Request, p Principal) 
 	return writeJSON(w, http.StatusOK, st)
 }
 
-func (s *Server) logLines(w http.ResponseWriter, r *http.Request, _ Principal) error {
+func (s *Server) logLines(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 	agent := r.PathValue("agent")
 	var from uint64
 	q := r.URL.Query()
 	for k := range q {
 		if k != "from" {
-			return newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("unknown query parameter %q (only from)", k))
+			return newError(api.CodeBadRequest, fmt.Sprintf("unknown query parameter %q (only from)", k))
 		}
 	}
 	if fs := q.Get("from"); fs != "" {
 		n, err := strconv.ParseUint(fs, 10, 64)
 		if err != nil {
-			return newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("from=%q: a record seq, 0 or more", fs))
+			return newError(api.CodeBadRequest, fmt.Sprintf("from=%q: a record seq, 0 or more", fs))
 		}
 		from = n
 	}
@@ -819,7 +820,7 @@ type verifyResult struct {
 	Message string  `json:"message,omitempty"`
 }
 
-func (s *Server) verify(w http.ResponseWriter, r *http.Request, _ Principal) error {
+func (s *Server) verify(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 	res, err := s.verifyOf(r.PathValue("agent"))
 	if err != nil {
 		return err
@@ -850,7 +851,7 @@ func (s *Server) verifyOf(agent string) (verifyResult, error) {
 		}
 		if why := mark.Shortfall(uint64(n), func(seq uint64) string { return recs[seq].Hash }); why != "" {
 			seq := min(uint64(n), mark.Size-1)
-			return verifyResult{Seq: &seq, Message: CodeCheckpointDiverged + ": " + why}, nil
+			return verifyResult{Seq: &seq, Message: api.CodeCheckpointDiverged + ": " + why}, nil
 		}
 	}
 	return verifyResult{OK: true, Records: &n, Head: recs[n-1].Hash}, nil
@@ -866,7 +867,7 @@ type pendingRow struct {
 	Cost      int64          `json:"cost"`
 }
 
-func (s *Server) pending(w http.ResponseWriter, r *http.Request, _ Principal) error {
+func (s *Server) pending(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 	q, err := listQuery(r, false)
 	if err != nil {
 		return err
@@ -883,15 +884,15 @@ func (s *Server) pending(w http.ResponseWriter, r *http.Request, _ Principal) er
 	return writeJSON(w, http.StatusOK, listBody{"pending": rows, "next_cursor": nextCursor(next)})
 }
 
-func (s *Server) health(w http.ResponseWriter, _ *http.Request, _ Principal) error {
+func (s *Server) health(w http.ResponseWriter, _ *http.Request, _ api.Principal) error {
 	// One row of the agent index: the store answers, at a cost that does
 	// not grow with the number of agents (a directory listing would).
 	if _, _, err := s.rt.ListAgents(runtime.ListQuery{Limit: 1}); err != nil {
-		return writeJSON(w, http.StatusServiceUnavailable, &Error{Code: CodeUnavailable, Message: "the store is not usable: " + err.Error()})
+		return writeJSON(w, http.StatusServiceUnavailable, &api.Error{Code: api.CodeUnavailable, Message: "the store is not usable: " + err.Error()})
 	}
 	if s.cfg.Clock != nil {
 		if err := s.cfg.Clock.Unsynced(); err != nil {
-			return writeJSON(w, http.StatusServiceUnavailable, &Error{Code: CodeClockUnsynced, Message: err.Error() + "; writes are refused"})
+			return writeJSON(w, http.StatusServiceUnavailable, &api.Error{Code: api.CodeClockUnsynced, Message: err.Error() + "; writes are refused"})
 		}
 	}
 	return writeJSON(w, http.StatusOK, struct{}{})

@@ -11,6 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/spf13/cobra"
 
 	"github.com/lineage-guard/lineage"
@@ -86,7 +88,7 @@ func (g *globalParams) remote() (*client.Client, error) {
 
 // remoteError makes a server's error read like the local one.
 func remoteError(err error) error {
-	var ce *client.Error
+	var ce *api.Error
 	if errors.As(err, &ce) {
 		for _, d := range ce.Errors {
 			err = fmt.Errorf("%w\n%s: %s (%s)", err, orSlash(d.Pointer), d.Message, d.Code)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/checkpoint"
 	"github.com/lineage-guard/lineage/checkpoint/checkpointtest"
@@ -204,7 +206,7 @@ func TestServeRollbackRefusedAtMark(t *testing.T) {
 		g.start(t)
 		ctx := context.Background()
 		_, err := g.admin.Checkpoint(ctx, g.agent)
-		var ce *client.Error
+		var ce *api.Error
 		if !errors.As(err, &ce) || ce.Code != "checkpoint_diverged" {
 			t.Fatalf("round %d: checkpoint of the log cut to 3: %v, want checkpoint_diverged", round, err)
 		}

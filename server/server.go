@@ -415,14 +415,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 	return err
 }
 
-type createBody struct {
-	Policy json.RawMessage `json:"policy"`
-	Name   string          `json:"name"`
-	Parent string          `json:"parent"`
-}
-
 func (s *Server) createAgent(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
-	var b createBody
+	var b api.CreateBody
 	if err := decodeBody(w, r, &b); err != nil {
 		return badRequest(err)
 	}
@@ -455,7 +449,7 @@ func (s *Server) createAgent(w http.ResponseWriter, r *http.Request, _ api.Princ
 		return err
 	}
 	s.names.Store(id, b.Name)
-	return writeJSON(w, http.StatusCreated, map[string]string{"agent": id, "token": s.auth.Load().agentToken(id), "digest": c.Digest})
+	return writeJSON(w, http.StatusCreated, api.Created{Agent: id, Token: s.auth.Load().agentToken(id), Digest: c.Digest})
 }
 
 // regoPaths refuses extension modules given by path: over the network a
@@ -478,15 +472,6 @@ func regoPaths(doc []byte) diag.List {
 	return out
 }
 
-type agentRow struct {
-	Agent  string `json:"agent"`
-	Name   string `json:"name"`
-	Status string `json:"status"`
-	Digest string `json:"digest"`
-	Seq    uint64 `json:"seq"`
-	Error  string `json:"error,omitempty"`
-}
-
 func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 	q, err := listQuery(r, true)
 	if err != nil {
@@ -496,9 +481,9 @@ func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, _ api.Princi
 	if err != nil {
 		return listError(err)
 	}
-	rows := make([]agentRow, 0, len(list))
+	rows := make([]api.Agent, 0, len(list))
 	for _, a := range list {
-		rows = append(rows, agentRow{Agent: a.Agent, Name: a.Name, Status: a.Status, Digest: a.Digest, Seq: a.Seq, Error: a.Error})
+		rows = append(rows, api.Agent{Agent: a.Agent, Name: a.Name, Status: a.Status, Digest: a.Digest, Seq: a.Seq, Error: a.Error})
 	}
 	return writeJSON(w, http.StatusOK, listBody{"agents": rows, "next_cursor": nextCursor(next)})
 }
@@ -573,15 +558,14 @@ func (s *Server) policy(w http.ResponseWriter, r *http.Request, _ api.Principal)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"digest": info.Digest, "policy": info.Policy})
+	return writeJSON(w, http.StatusOK, api.PolicyAnswer{Digest: info.Digest, Policy: info.Policy})
 }
 
-// requestBody is a request as an agent sends it; At is only there to be refused.
+// requestBody is a request as an agent sends it (api.RequestBody); At is
+// only there to be refused.
 type requestBody struct {
-	ID   string          `json:"id"`
-	Tool string          `json:"tool"`
-	Args map[string]any  `json:"args"`
-	At   json.RawMessage `json:"at"`
+	api.RequestBody `json:",inline"`
+	At              json.RawMessage `json:"at"`
 }
 
 func (s *Server) request(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
@@ -685,11 +669,11 @@ func (s *Server) getRequest(w http.ResponseWriter, r *http.Request, _ api.Princi
 	return writeJSON(w, http.StatusOK, v)
 }
 
-// pendingBody is the body approve and reject take (docs/approvals.md): an
-// optional note, nothing else. The approver is the caller, so {"by": …} is an
-// error, not ignored. Note stays raw so that null or a number is refused
-// rather than read as no note.
-type pendingBody struct {
+// noteBody is how the server reads the body approve and reject take
+// (api.NoteBody, docs/approvals.md): an optional note, nothing else. The
+// approver is the caller, so {"by": …} is an error, not ignored. Note stays
+// raw so that null or a number is refused rather than read as no note.
+type noteBody struct {
 	Note json.RawMessage `json:"note"`
 }
 
@@ -699,7 +683,7 @@ func noteOf(w http.ResponseWriter, r *http.Request) (string, error) {
 	if r.ContentLength == 0 {
 		return "", nil
 	}
-	var b pendingBody
+	var b noteBody
 	err := decodeBody(w, r, &b)
 	if err != nil && strings.HasPrefix(err.Error(), "the body is empty") {
 		return "", nil
@@ -756,9 +740,7 @@ func (s *Server) decideAs(ctx context.Context, p api.Principal, agent, id, note 
 
 func (s *Server) terminate(w http.ResponseWriter, r *http.Request, p api.Principal) error {
 	agent := r.PathValue("agent")
-	var b struct {
-		Reason string `json:"reason"`
-	}
+	var b api.TerminateBody
 	if r.ContentLength != 0 {
 		if err := decodeBody(w, r, &b); err != nil && !strings.HasPrefix(err.Error(), "the body is empty") {
 			return badRequest(err)
@@ -812,14 +794,6 @@ func (s *Server) logLines(w http.ResponseWriter, r *http.Request, _ api.Principa
 	return nil
 }
 
-type verifyResult struct {
-	OK      bool    `json:"ok"`
-	Records *int    `json:"records,omitempty"`
-	Head    string  `json:"head,omitempty"`
-	Seq     *uint64 `json:"seq,omitempty"`
-	Message string  `json:"message,omitempty"`
-}
-
 func (s *Server) verify(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 	res, err := s.verifyOf(r.PathValue("agent"))
 	if err != nil {
@@ -828,43 +802,33 @@ func (s *Server) verify(w http.ResponseWriter, r *http.Request, _ api.Principal)
 	return writeJSON(w, http.StatusOK, res)
 }
 
-func (s *Server) verifyOf(agent string) (verifyResult, error) {
+func (s *Server) verifyOf(agent string) (api.VerifyResult, error) {
 	recs, err := s.rt.Records(agent)
 	var chain *runtime.ChainError
 	var damage *store.DamageError
 	switch {
 	case errors.As(err, &chain):
-		return verifyResult{Seq: &chain.Seq, Message: chain.Reason}, nil
+		return api.VerifyResult{Seq: &chain.Seq, Message: chain.Reason}, nil
 	case errors.As(err, &damage):
-		return verifyResult{Seq: &damage.Seq, Message: damage.Reason}, nil
+		return api.VerifyResult{Seq: &damage.Seq, Message: damage.Reason}, nil
 	case err != nil:
-		return verifyResult{}, err
+		return api.VerifyResult{}, err
 	case len(recs) < 2:
 		seq := uint64(len(recs))
-		return verifyResult{Seq: &seq, Message: "log ends before its policy record"}, nil
+		return api.VerifyResult{Seq: &seq, Message: "log ends before its policy record"}, nil
 	}
 	n := len(recs)
 	if s.cfg.Marks != nil {
 		mark, err := s.cfg.Marks.LoadMark(agent)
 		if err != nil {
-			return verifyResult{}, err
+			return api.VerifyResult{}, err
 		}
 		if why := mark.Shortfall(uint64(n), func(seq uint64) string { return recs[seq].Hash }); why != "" {
 			seq := min(uint64(n), mark.Size-1)
-			return verifyResult{Seq: &seq, Message: api.CodeCheckpointDiverged + ": " + why}, nil
+			return api.VerifyResult{Seq: &seq, Message: api.CodeCheckpointDiverged + ": " + why}, nil
 		}
 	}
-	return verifyResult{OK: true, Records: &n, Head: recs[n-1].Hash}, nil
-}
-
-type pendingRow struct {
-	Agent     string         `json:"agent"`
-	Name      string         `json:"name"`
-	RequestID string         `json:"request_id"`
-	Tool      string         `json:"tool"`
-	Args      map[string]any `json:"args"`
-	At        lineage.Time   `json:"at"`
-	Cost      int64          `json:"cost"`
+	return api.VerifyResult{OK: true, Records: &n, Head: recs[n-1].Hash}, nil
 }
 
 func (s *Server) pending(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
@@ -876,9 +840,9 @@ func (s *Server) pending(w http.ResponseWriter, r *http.Request, _ api.Principal
 	if err != nil {
 		return listError(err)
 	}
-	rows := make([]pendingRow, 0, len(list))
+	rows := make([]api.Pending, 0, len(list))
 	for _, p := range list {
-		rows = append(rows, pendingRow{Agent: p.Agent, Name: p.Name, RequestID: p.RequestID,
+		rows = append(rows, api.Pending{Agent: p.Agent, Name: p.Name, RequestID: p.RequestID,
 			Tool: p.Tool, Args: argsOrEmpty(p.Args), At: lineage.Time{Time: p.At}, Cost: p.Cost})
 	}
 	return writeJSON(w, http.StatusOK, listBody{"pending": rows, "next_cursor": nextCursor(next)})

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/runtime"
 )
@@ -194,7 +196,7 @@ type agentData struct {
 	Agent, Name string
 	State       lineage.State
 	ScarLimit   int64
-	Verified    Verified
+	Verified    api.VerifyResult
 	VerifyErr   string
 	Timeline    []entry
 	Credits     chart

@@ -170,7 +170,7 @@ func TestServeRollbackRestored(t *testing.T) {
 				g.start(t)
 				defer g.stop(syscall.SIGTERM)
 				v, err := g.admin.Verify(ctx, g.agent)
-				if err != nil || !v.OK || v.Records != 6 || v.Head != g.head {
+				if err != nil || !v.OK || v.Records == nil || *v.Records != 6 || v.Head != g.head {
 					t.Fatalf("verify after restart: %+v %v, want ok with the 6 records of head %s", v, err, g.head)
 				}
 				if c := g.checkpoint(t); c.Size != 6 || c.Head != g.head {

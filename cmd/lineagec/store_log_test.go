@@ -169,7 +169,7 @@ func TestLogStoreExport(t *testing.T) {
 	if code != exitFailure || out != strings.Join(lines[:4], "") || !strings.Contains(stderr, "seq 4") {
 		t.Errorf("log --store of a log without seq 4: exit %d, stderr %q, stdout:\n%s", code, stderr, out)
 	}
-	if code, out, _ := cli("verify", "--store", url, id, "--format", "json"); code != exitFailure || !strings.Contains(out, `"bad_seq": 4`) {
+	if code, out, _ := cli("verify", "--store", url, id, "--format", "json"); code != exitFailure || !strings.Contains(out, `"seq": 4`) {
 		t.Errorf("verify --store of a log without seq 4: exit %d, %q", code, out)
 	}
 }

@@ -195,9 +195,10 @@ func runAgentList(ctx context.Context, p agentListParams, _ []string, stdout, st
 }
 
 // summarize is an agent's row of the table: the index row (name, status,
-// damage; records from its last seq) and, for the remaining budget and the scar score, which the index
-// does not keep, the agent's state (its log replayed and verified). A log
-// that does not replay is listed damaged.
+// damage) and, for the remaining budget and the scar score, which the index
+// does not keep, the agent's state (its log replayed and verified; the
+// records counted to its last seq). A log that does not replay is listed
+// damaged.
 func summarize(ctx context.Context, g guard, a api.Agent) (agentSummary, error) {
 	row := agentSummary{Agent: a.Agent, Name: a.Name, Status: a.Status, Error: a.Error}
 	if a.Error == "" {

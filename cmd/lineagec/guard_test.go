@@ -112,7 +112,7 @@ tools:
 			}
 		}
 		l, r := exec(local, args[false]...), exec(remote, args[true]...)
-		if step[1] == "agt_nobody" {
+		if len(step) > 1 && step[1] == "agt_nobody" {
 			// An unknown agent: locally the words name the data
 			// directory, remotely they are the server's.
 			l.stderr, r.stderr = "", ""

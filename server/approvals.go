@@ -79,7 +79,7 @@ func (s *Server) decideAs(ctx context.Context, p api.Principal, agent, id, note 
 		return v, err
 	}
 	s.met.decided(v, time.Since(start))
-	s.hub.publish(event{"decided", map[string]any{"agent": agent, "request_id": id, "by": p.Name, "verdict": v}})
+	s.hub.publish(event{api.EventDecided, map[string]any{"agent": agent, "request_id": id, "by": p.Name, "verdict": v}})
 	s.hub.wake(agent, id)
 	s.announceTermination(agent, v.Terminated, "")
 	return v, nil

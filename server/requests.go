@@ -40,7 +40,7 @@ func (s *Server) request(w http.ResponseWriter, r *http.Request, _ api.Principal
 	}
 	s.met.decided(v, time.Since(start))
 	if v.Decision == lineage.Pending && v.Seq > 0 {
-		s.hub.publish(event{"pending", map[string]any{"agent": agent, "name": s.name(r.Context(), agent),
+		s.hub.publish(event{api.EventPending, map[string]any{"agent": agent, "name": s.name(r.Context(), agent),
 			"request_id": v.RequestID, "tool": b.Tool, "args": argsOrEmpty(b.Args), "verdict": v}})
 	}
 	s.announceTermination(agent, v.Terminated, "")
@@ -63,7 +63,7 @@ func (s *Server) announceTermination(agent string, reason lineage.Termination, b
 	if by != "" {
 		data["by"] = by
 	}
-	s.hub.publish(event{"terminated", data})
+	s.hub.publish(event{api.EventTerminated, data})
 	s.hub.wake(agent, "")
 }
 

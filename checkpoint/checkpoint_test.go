@@ -24,7 +24,7 @@ import (
 	"github.com/lineage-guard/lineage/checkpoint/checkpointtest"
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 var genesis = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
@@ -55,7 +55,7 @@ func buildLog(id string, tools ...string) ([]lineage.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt := runtime.Open(store.NewMemory(), runtime.Options{NewAgentID: func() string { return id }})
+	rt := runtime.Open(memory.New(), runtime.Options{NewAgentID: func() string { return id }})
 	agent, err := rt.CreateAgent(ctx, c, runtime.CreateOptions{At: genesis, Name: "bot"})
 	if err != nil {
 		return nil, err

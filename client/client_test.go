@@ -17,7 +17,7 @@ import (
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/internal/servertest"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 var bg = context.Background()
@@ -26,7 +26,7 @@ var bg = context.Background()
 // returns its URL, an admin token and the runtime (to read the log).
 func serve(t *testing.T, wrap func(http.Handler) http.Handler) (string, string, *runtime.Runtime) {
 	t.Helper()
-	svc := servertest.Start(t, servertest.WithStore(store.NewMemory()), servertest.WithHandler(wrap))
+	svc := servertest.Start(t, servertest.WithStore(memory.New()), servertest.WithHandler(wrap))
 	return svc.URL, svc.AdminToken, svc.Runtime
 }
 

@@ -17,7 +17,7 @@ import (
 	"github.com/lineage-guard/lineage/conformance/model"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 // The differential test holds the runtime (compiler → Rego → OPA → log → fold)
@@ -303,7 +303,7 @@ func newDiffSide(t testing.TB, p policy.Policy) *diffSide {
 		t.Fatalf("random policy does not compile: %v\n%s", err, raw)
 	}
 	n := 0 // each sequence gets a fresh agent on the shared runtime (one prepared query per policy)
-	rt := runtime.Open(store.NewMemory(), runtime.Options{NewAgentID: func() string { n++; return fmt.Sprintf("agt_diff_%d", n) }})
+	rt := runtime.Open(memory.New(), runtime.Options{NewAgentID: func() string { n++; return fmt.Sprintf("agt_diff_%d", n) }})
 	return &diffSide{rt: rt, c: c}
 }
 

@@ -19,7 +19,7 @@ import (
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 // Result is the outcome of one case.
@@ -91,7 +91,7 @@ func (c *Case) run(ctx context.Context, cov *coverageSink) []string {
 		pc = cov.policy(c, compiled)
 		opts.OnDecision = func(_ string, in ast.Value) { pc.inputs = append(pc.inputs, in) }
 	}
-	rt := runtime.Open(store.NewMemory(), opts)
+	rt := runtime.Open(memory.New(), opts)
 	agent, err := rt.CreateAgent(ctx, compiled, runtime.CreateOptions{At: Genesis})
 	if err != nil {
 		return []string{"creating the agent: " + err.Error()}

@@ -26,7 +26,7 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 // ErrBadLog: the records are not a log replay can read (no genesis or policy
@@ -107,7 +107,7 @@ type Replayer struct {
 // New makes a Replayer for the compiled policy c.
 func New(c *policy.Compiled) *Replayer {
 	// The store is never written: scratch agents have none (D190).
-	return &Replayer{c: c, rt: runtime.Open(store.NewMemory(), runtime.Options{})}
+	return &Replayer{c: c, rt: runtime.Open(memory.New(), runtime.Options{})}
 }
 
 // Run replays a verified log under the Replayer's policy. The log must be one

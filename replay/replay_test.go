@@ -16,7 +16,7 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/replay"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 )
@@ -137,7 +137,7 @@ func TestReplayUnderItsOwnPolicyReproducesTheLog(t *testing.T) {
 		}
 		rp := replay.New(c)
 		agents := 0 // each log is another agent of one runtime (one prepared query per policy)
-		rt := runtime.Open(store.NewMemory(), runtime.Options{NewAgentID: func() string { agents++; return fmt.Sprintf("agt_r%d", agents) }})
+		rt := runtime.Open(memory.New(), runtime.Options{NewAgentID: func() string { agents++; return fmt.Sprintf("agt_r%d", agents) }})
 		for l := 0; l < logs; l++ {
 			recs := randomLog(t, r, rt, c, 5+r.IntN(40))
 			for _, rec := range recs {
@@ -198,7 +198,7 @@ func examplePolicy(t testing.TB) *policy.Compiled {
 func invoiceLog(t testing.TB) []lineage.Record {
 	t.Helper()
 	ctx := context.Background()
-	rt := runtime.Open(store.NewMemory(), runtime.Options{})
+	rt := runtime.Open(memory.New(), runtime.Options{})
 	agent, err := rt.CreateAgent(ctx, examplePolicy(t), runtime.CreateOptions{At: genesis})
 	if err != nil {
 		t.Fatal(err)
@@ -282,7 +282,7 @@ tools:
 // later request must follow its new id.
 func TestAssignedIdsFollowTheReplay(t *testing.T) {
 	ctx := context.Background()
-	rt := runtime.Open(store.NewMemory(), runtime.Options{})
+	rt := runtime.Open(memory.New(), runtime.Options{})
 	agent, err := rt.CreateAgent(ctx, compile(t, "budget: 10\ntools: {read: {cost: 0, requires_approval: true}, pay: {cost: 1, requires_approval: true}}\n"),
 		runtime.CreateOptions{At: genesis})
 	if err != nil {
@@ -323,7 +323,7 @@ func TestReplayRefusesWhatIsNotALog(t *testing.T) {
 	}
 	// A long log (records decoded in batches ahead of the replay) that goes
 	// bad early, in the body or in its order, and late.
-	rt := runtime.Open(store.NewMemory(), runtime.Options{})
+	rt := runtime.Open(memory.New(), runtime.Options{})
 	agent, err := rt.CreateAgent(ctx, examplePolicy(t), runtime.CreateOptions{At: genesis})
 	if err != nil {
 		t.Fatal(err)
@@ -360,7 +360,7 @@ func TestReplayRefusesWhatIsNotALog(t *testing.T) {
 // at the moment, to compare replay with.
 func benchLog(b *testing.B) ([]lineage.Record, *policy.Compiled, float64) {
 	ctx := context.Background()
-	rt := runtime.Open(store.NewMemory(), runtime.Options{})
+	rt := runtime.Open(memory.New(), runtime.Options{})
 	recorded := compile(b, `
 budget: 1000000
 tools:
@@ -468,7 +468,7 @@ func BenchmarkReplayOPAFloor(b *testing.B) {
 	ctx := context.Background()
 	recs, c, _ := benchLog(b)
 	var inputs []ast.Value
-	rt := runtime.Open(store.NewMemory(), runtime.Options{OnDecision: func(_ string, in ast.Value) { inputs = append(inputs, in) }})
+	rt := runtime.Open(memory.New(), runtime.Options{OnDecision: func(_ string, in ast.Value) { inputs = append(inputs, in) }})
 	agent, err := rt.CreateAgent(ctx, c, runtime.CreateOptions{At: genesis})
 	if err != nil {
 		b.Fatal(err)
@@ -521,7 +521,7 @@ func TestRunAllIsRunOnEachLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := 0
-	rt := runtime.Open(store.NewMemory(), runtime.Options{NewAgentID: func() string { n++; return fmt.Sprintf("agt_all%d", n) }})
+	rt := runtime.Open(memory.New(), runtime.Options{NewAgentID: func() string { n++; return fmt.Sprintf("agt_all%d", n) }})
 	var logs [][]lineage.Record
 	for range 6 {
 		logs = append(logs, randomLog(t, r, rt, c, 40))

@@ -8,7 +8,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 // TestArgsSchemaConcurrentAgents: agents of one policy share its engine, and
@@ -16,7 +16,7 @@ import (
 // (argument schemas in Rego)); requests of several agents at once are each
 // decided on their own args (run with -race).
 func TestArgsSchemaConcurrentAgents(t *testing.T) {
-	rt := runtime.Open(store.NewMemory(), opts("schema"))
+	rt := runtime.Open(memory.New(), opts("schema"))
 	c := mustCompileYAML(t, schemaPolicy)
 	var agents []string
 	for i := 0; i < 4; i++ {

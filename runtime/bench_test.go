@@ -7,7 +7,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 // longLogRecords is the length of the log the long-log benchmarks start from.
@@ -27,7 +27,7 @@ var longLog struct {
 // buildLongLog appends longLogRecords records through the API, once per process.
 func buildLongLog(b *testing.B) (string, [][]byte) {
 	longLog.once.Do(func() {
-		st := store.NewMemory()
+		st := memory.New()
 		rt := runtime.Open(st, opts("long"))
 		c := mustCompileYAML(b, cheapPolicy)
 		agent := mustCreate(b, rt, c, runtime.CreateOptions{})
@@ -64,7 +64,7 @@ func benchRequests(b *testing.B, rt *runtime.Runtime, agent string, start time.T
 // BenchmarkRequestFresh: requests on a new agent (memory store). Compare with
 // BenchmarkRequestLongLog: the cost of a request must not grow with the log.
 func BenchmarkRequestFresh(b *testing.B) {
-	rt := runtime.Open(store.NewMemory(), opts("fresh"))
+	rt := runtime.Open(memory.New(), opts("fresh"))
 	agent := mustCreate(b, rt, mustCompileYAML(b, cheapPolicy), runtime.CreateOptions{})
 	mustState(b, rt, agent)
 	benchRequests(b, rt, agent, t0.Add(time.Hour))
@@ -74,7 +74,7 @@ func BenchmarkRequestFresh(b *testing.B) {
 // 100,000 records (memory store).
 func BenchmarkRequestLongLog(b *testing.B) {
 	agent, lines := buildLongLog(b)
-	st := store.NewMemory()
+	st := memory.New()
 	if err := st.Create(agent); err != nil {
 		b.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func BenchmarkRequestLongLog(b *testing.B) {
 // read, verify and fold the whole log. Reports records/s.
 func BenchmarkReplay(b *testing.B) {
 	agent, lines := buildLongLog(b)
-	st := store.NewMemory()
+	st := memory.New()
 	if err := st.Create(agent); err != nil {
 		b.Fatal(err)
 	}
@@ -129,7 +129,7 @@ tools:
 // BenchmarkRequestArgsSchema: BenchmarkRequestFresh with an argument schema
 // and args that match it.
 func BenchmarkRequestArgsSchema(b *testing.B) {
-	rt := runtime.Open(store.NewMemory(), opts("schema"))
+	rt := runtime.Open(memory.New(), opts("schema"))
 	agent := mustCreate(b, rt, mustCompileYAML(b, schemaPolicy), runtime.CreateOptions{})
 	mustState(b, rt, agent)
 	start := t0.Add(time.Hour)

@@ -14,6 +14,8 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 // sampleFileLog builds the sample log in a file store under a temp dir, closes
@@ -142,7 +144,7 @@ func TestTornTailRuntime(t *testing.T) {
 		}
 		checked++
 		writeFile(t, path, pristine[:cut])
-		st, err := store.OpenFile(dir, store.FileOptions{Sync: store.SyncFiles})
+		st, err := file.Open(dir, file.Options{Sync: file.SyncFiles})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +191,7 @@ func TestTornTailRuntime(t *testing.T) {
 	// Only the final newline missing: Verify and a fresh runtime both see
 	// every record, and the next request goes after it.
 	writeFile(t, path, pristine[:len(pristine)-1])
-	st2, err := store.OpenFile(dir, store.FileOptions{Sync: store.SyncFiles})
+	st2, err := file.Open(dir, file.Options{Sync: file.SyncFiles})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +521,7 @@ func checkDamaged(t *testing.T, kind string, st store.Store, agent string, seq u
 // TestVerifyUnknownAgent: verifying or opening an agent without a log is
 // unknown_agent, not corrupt.
 func TestVerifyUnknownAgent(t *testing.T) {
-	rt := runtime.Open(store.NewMemory(), reopenOpts())
+	rt := runtime.Open(memory.New(), reopenOpts())
 	if err := rt.Verify("agt_nobody"); !errors.Is(err, lineage.ErrUnknownAgent) {
 		t.Errorf("Verify: %v, want unknown_agent", err)
 	}
@@ -537,7 +539,7 @@ func TestShortLogs(t *testing.T) {
 	starts := lineStarts(pristine)
 	for _, cut := range []int{0, starts[1]} {
 		dir := t.TempDir()
-		writeFile(t, filepath.Join(dir, agent+store.Ext), pristine[:cut])
+		writeFile(t, filepath.Join(dir, agent+file.Ext), pristine[:cut])
 		st := openFileStore(t, dir)
 		_, err := runtime.Open(st, reopenOpts()).State(bg, agent)
 		if !errors.Is(err, lineage.ErrCorrupt) {
@@ -548,7 +550,7 @@ func TestShortLogs(t *testing.T) {
 			t.Errorf("log of %d bytes: Request succeeded", cut)
 		}
 		st.Close()
-		if got := readFile(t, filepath.Join(dir, agent+store.Ext)); !bytes.Equal(got, pristine[:cut]) {
+		if got := readFile(t, filepath.Join(dir, agent+file.Ext)); !bytes.Equal(got, pristine[:cut]) {
 			t.Errorf("log of %d bytes was changed", cut)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/internal/testpolicy"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 // TestSharedCompilation: runtimes that prepare one compiled policy at once,
@@ -30,7 +30,7 @@ func TestSharedCompilation(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rt := runtime.Open(store.NewMemory(), runtime.Options{Compile: compileDoc})
+			rt := runtime.Open(memory.New(), runtime.Options{Compile: compileDoc})
 			id, err := rt.CreateAgent(bg, c, runtime.CreateOptions{At: t0})
 			if err != nil {
 				errs <- err

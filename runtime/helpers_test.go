@@ -21,6 +21,8 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 // t0 is genesis time in these tests; sec(n) is n seconds after it.
@@ -77,9 +79,9 @@ func mustCompileYAML(t testing.TB, yaml string) *policy.Compiled {
 	return c
 }
 
-func openFileStore(t testing.TB, dir string) *store.File {
+func openFileStore(t testing.TB, dir string) *file.Store {
 	t.Helper()
-	st, err := store.OpenFile(dir, store.FileOptions{})
+	st, err := file.Open(dir, file.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,9 +133,9 @@ func storeLines(t testing.TB, st store.Store, agent string) [][]byte {
 
 // rawStore makes a memory store holding the given lines as agent's log, with
 // no check at all: for damaged logs.
-func rawStore(t testing.TB, agent string, lines [][]byte) *store.Memory {
+func rawStore(t testing.TB, agent string, lines [][]byte) *memory.Store {
 	t.Helper()
-	m := store.NewMemory()
+	m := memory.New()
 	if err := m.Create(agent); err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +219,7 @@ func readFile(t testing.TB, path string) []byte {
 	return b
 }
 
-func agentPath(dir, agent string) string { return filepath.Join(dir, agent+store.Ext) }
+func agentPath(dir, agent string) string { return filepath.Join(dir, agent+file.Ext) }
 
 // samplePolicy is the policy of the sample logs: two tools, one needing approval.
 const samplePolicy = `
@@ -290,4 +292,4 @@ func recordAt(starts []int, off int) int {
 	return k
 }
 
-func newMem() *store.Memory { return store.NewMemory() }
+func newMem() *memory.Store { return memory.New() }

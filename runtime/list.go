@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/lineage-guard/lineage/runtime/internal/index"
 	"github.com/lineage-guard/lineage/runtime/store"
 )
 
@@ -36,13 +37,13 @@ type ListQuery = store.ListQuery
 // ListAgents returns one page of agents, in the order of their ids, and the
 // cursor of the next page ("" after the last).
 func (r *Runtime) ListAgents(q ListQuery) ([]AgentRow, string, error) {
-	return store.Listing(r.store).ListAgents(q)
+	return listing(r.store).ListAgents(q)
 }
 
 // ListPending returns one page of the pending requests of every agent, by
 // agent id then seq, and the cursor of the next page.
 func (r *Runtime) ListPending(q ListQuery) ([]PendingRow, string, error) {
-	rows, next, err := store.Listing(r.store).ListPending(q)
+	rows, next, err := listing(r.store).ListPending(q)
 	if err != nil {
 		return nil, "", err
 	}
@@ -59,4 +60,31 @@ func (r *Runtime) ListPending(q ListQuery) ([]PendingRow, string, error) {
 		out = append(out, row)
 	}
 	return out, next, nil
+}
+
+// listing returns st's store.Lister; for a store that keeps no index (a
+// wrapper in a test), one that reads every log for every page.
+func listing(st store.Store) store.Lister {
+	if l, ok := st.(store.Lister); ok {
+		return l
+	}
+	return scanLister{st}
+}
+
+type scanLister struct{ st store.Store }
+
+func (l scanLister) ListAgents(q store.ListQuery) ([]store.AgentRow, string, error) {
+	x, err := index.Read(l.st)
+	if err != nil {
+		return nil, "", err
+	}
+	return x.ListAgents(q)
+}
+
+func (l scanLister) ListPending(q store.ListQuery) ([]store.PendingRow, string, error) {
+	x, err := index.Read(l.st)
+	if err != nil {
+		return nil, "", err
+	}
+	return x.ListPending(q)
 }

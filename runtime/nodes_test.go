@@ -14,6 +14,7 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 const nodesPolicy = `
@@ -37,7 +38,7 @@ func nodes(n int, st store.Store) []*runtime.Runtime {
 // again; a retry, an approval and a read on a node that is behind answer
 // from every record the other node wrote (D130, D131).
 func TestNodesCatchUp(t *testing.T) {
-	rt := nodes(2, store.NewSharedMemory())
+	rt := nodes(2, memory.NewShared())
 	a, b := rt[0], rt[1]
 	id := mustCreate(t, a, mustCompileYAML(t, nodesPolicy), runtime.CreateOptions{})
 	if v := mustRequest(t, b, id, lineage.Request{ID: "r1", Tool: "t", At: sec(1)}); v.Seq != 2 {
@@ -87,7 +88,7 @@ func TestNodesCatchUp(t *testing.T) {
 // TestNodesRace: 4 nodes and 32 callers race for the last 20 credits and for
 // one request id: exactly 20 allowed, one record for the id.
 func TestNodesRace(t *testing.T) {
-	st := store.NewSharedMemory()
+	st := memory.NewShared()
 	rt := nodes(4, st)
 	id := mustCreate(t, rt[0], mustCompileYAML(t, nodesPolicy), runtime.CreateOptions{})
 	var allowed, same atomic.Int64
@@ -148,12 +149,12 @@ func TestNodesRace(t *testing.T) {
 // reported as failed (store.ErrUnavailable): the database committed and the
 // connection broke before the answer.
 type phantom struct {
-	*store.Memory
+	*memory.Store
 	armed atomic.Bool
 }
 
 func (p *phantom) Append(agent string, first uint64, recs ...[]byte) error {
-	if err := p.Memory.Append(agent, first, recs...); err != nil {
+	if err := p.Store.Append(agent, first, recs...); err != nil {
 		return err
 	}
 	if p.armed.Swap(false) {
@@ -166,7 +167,7 @@ func (p *phantom) Append(agent string, first uint64, recs ...[]byte) error {
 // the runtime acknowledges nothing and answers the next calls from the store,
 // not from the state it had (D132).
 func TestAppendFailureDropsState(t *testing.T) {
-	st := &phantom{Memory: store.NewMemory()}
+	st := &phantom{Store: memory.New()}
 	rt := runtime.Open(st, opts("phantom"))
 	id := mustCreate(t, rt, mustCompileYAML(t, nodesPolicy), runtime.CreateOptions{})
 	st.armed.Store(true)
@@ -189,7 +190,7 @@ func TestAppendFailureDropsState(t *testing.T) {
 func TestAgentTableBound(t *testing.T) {
 	o := opts("lru")
 	o.MaxAgents = 8
-	rt := runtime.Open(store.NewMemory(), o)
+	rt := runtime.Open(memory.New(), o)
 	c := mustCompileYAML(t, nodesPolicy)
 	var ids []string
 	for i := range 50 {
@@ -219,7 +220,7 @@ func TestAgentTableBound(t *testing.T) {
 func TestAgentTableIdle(t *testing.T) {
 	o := opts("idle")
 	o.IdleTimeout = 20 * time.Millisecond
-	rt := runtime.Open(store.NewMemory(), o)
+	rt := runtime.Open(memory.New(), o)
 	c := mustCompileYAML(t, nodesPolicy)
 	var ids []string
 	for range 5 {
@@ -248,7 +249,7 @@ func BenchmarkAgentTable100k(b *testing.B) {
 			for range b.N {
 				o := opts("mem")
 				o.MaxAgents = bound
-				st := store.NewMemory()
+				st := memory.New()
 				rt := runtime.Open(st, o)
 				c := mustCompileYAML(b, nodesPolicy)
 				for i := range 100_000 {
@@ -270,7 +271,7 @@ func BenchmarkAgentTable100k(b *testing.B) {
 // TestNodesClockBehind: a node whose clock is behind the last record another
 // node wrote records its request at that record's time, never earlier (D136).
 func TestNodesClockBehind(t *testing.T) {
-	st := store.NewSharedMemory()
+	st := memory.NewShared()
 	oa, ob := opts("clock"), reopenOpts()
 	oa.Clock = func() time.Time { return sec(10) }
 	ob.Clock = func() time.Time { return sec(5) }
@@ -300,7 +301,7 @@ func TestReloadDoesNotRecompile(t *testing.T) {
 		compiles.Add(1)
 		return compileDoc(doc)
 	}
-	st := store.NewMemory()
+	st := memory.New()
 	rt := runtime.Open(st, o)
 	c := mustCompileYAML(t, nodesPolicy)
 	a := mustCreate(t, rt, c, runtime.CreateOptions{})

@@ -6,7 +6,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 // TestServiceReads pins what the guard service reads beside runtime.go: a
@@ -15,7 +15,7 @@ import (
 // A fresh runtime over the same store answers the same (nothing is kept only
 // in memory).
 func TestServiceReads(t *testing.T) {
-	st := store.NewMemory()
+	st := memory.New()
 	rt := runtime.Open(st, opts("watch"))
 	c := mustCompileYAML(t, "budget: 10\ntools:\n  pay: {cost: 1}\n  wire: {cost: 4, requires_approval: true}\ndefault_rule: {cost: 2, requires_approval: true}\n")
 	agent := mustCreate(t, rt, c, runtime.CreateOptions{Name: "bot", At: sec(0)})

@@ -34,5 +34,5 @@ func (s *Server) backup(w http.ResponseWriter, r *http.Request, _ api.Principal)
 	return nil
 }
 
-// BackupFunc writes a backup of the server's store to w (internal/backup).
+// BackupFunc writes a backup of the server's store to w (runtime/backup).
 type BackupFunc func(ctx context.Context, w io.Writer) error

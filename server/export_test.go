@@ -14,7 +14,7 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/internal/servertest"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 	"github.com/lineage-guard/lineage/server"
 )
 
@@ -80,7 +80,7 @@ func (s *eventSink) waitFor(t *testing.T, ids ...string) map[string]map[string]a
 // the first sink's.
 func TestDecisionLogApprovals(t *testing.T) {
 	dir := t.TempDir()
-	st, err := store.OpenFile(dir, store.FileOptions{})
+	st, err := file.Open(dir, file.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/lineage-guard/lineage/api"
 	"github.com/lineage-guard/lineage/checkpoint"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 // TestOpenAPIMatchesRoutes holds the embedded document to the mux: every
@@ -124,7 +124,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 // TestOpenAPIRoutedByTheMux sends each documented method and path (wildcards
 // filled in) through the server's own mux: it must reach that very pattern.
 func TestOpenAPIRoutedByTheMux(t *testing.T) {
-	s, err := New(Config{Runtime: runtime.Open(store.NewMemory(), runtime.Options{}), Key: NewKey()})
+	s, err := New(Config{Runtime: runtime.Open(memory.New(), runtime.Options{}), Key: NewKey()})
 	if err != nil {
 		t.Fatal(err)
 	}

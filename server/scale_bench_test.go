@@ -21,7 +21,8 @@ import (
 	"github.com/lineage-guard/lineage/internal/servertest"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 // scaleAgents is the size of BenchmarkScale: go test ./server/ -run '^$'
@@ -68,7 +69,7 @@ func scale(tb testing.TB, n int) scaleResult {
 	// The logs are made on a memory store (no fsync per create) and
 	// written into the directory as the file store lays them out; the first
 	// open reads every log into the index (rebuild) and saves it at close.
-	mem := store.NewMemory()
+	mem := memory.New()
 	rt := runtime.Open(mem, runtime.Options{Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) }})
 	start := time.Now()
 	ids := make([]string, n)
@@ -89,7 +90,7 @@ func scale(tb testing.TB, n int) scaleResult {
 						return nil
 					})
 					if err == nil {
-						err = os.WriteFile(filepath.Join(dir, id+store.Ext), b, 0o644)
+						err = os.WriteFile(filepath.Join(dir, id+file.Ext), b, 0o644)
 					}
 				}
 				if err != nil {
@@ -109,7 +110,7 @@ func scale(tb testing.TB, n int) scaleResult {
 	res.create = time.Since(start)
 	rt, mem = nil, nil
 	start = time.Now()
-	st, err := store.OpenFile(dir, store.FileOptions{})
+	st, err := file.Open(dir, file.Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func scale(tb testing.TB, n int) scaleResult {
 	// Start-up to healthy: open the store, start the service, GET /health.
 	goruntime.GC()
 	start = time.Now()
-	st, err = store.OpenFile(dir, store.FileOptions{})
+	st, err = file.Open(dir, file.Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/internal/servertest"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 	"github.com/lineage-guard/lineage/server"
 )
 
@@ -40,7 +40,7 @@ type env struct {
 	srv      *server.Server
 	logs     *syncBuffer
 	agents   map[string]string // agent id → token
-	store    *store.File
+	store    *file.Store
 	svc      *servertest.Service
 	hs       *http.Server
 }

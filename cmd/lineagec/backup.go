@@ -16,9 +16,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/internal/backup"
 	"github.com/lineage-guard/lineage/policy"
+	"github.com/lineage-guard/lineage/runtime/backup"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 )
 
 // backup and restore (docs/operations.md, "Backups").
@@ -98,8 +99,8 @@ func runBackup(ctx context.Context, g *globalParams, out string, stderr io.Write
 		}
 	} else {
 		data := g.dataDir()
-		st, err := store.OpenFile(data, store.FileOptions{ReadOnly: true})
-		if errors.Is(err, store.ErrLocked) {
+		st, err := file.Open(data, file.Options{ReadOnly: true})
+		if errors.Is(err, file.ErrLocked) {
 			return fmt.Errorf("%w\nserve holds %s: back it up through the server: lineagec backup --server URL -o %s (GET /v1/backup; an admin token in $LINEAGE_TOKEN)", err, data, out)
 		}
 		if err != nil {
@@ -214,7 +215,7 @@ func runRestore(file, dir string, stdout io.Writer) error {
 // serveBackup is serve's GET /v1/backup: of the file store in dir; nil for
 // another store (PostgreSQL: pg_dump).
 func serveBackup(st store.Store, dir string) func(ctx context.Context, w io.Writer) error {
-	fs, ok := st.(*store.File)
+	fs, ok := st.(*file.Store)
 	if !ok {
 		return nil
 	}

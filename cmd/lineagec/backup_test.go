@@ -20,7 +20,7 @@ import (
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 )
 
 // TestBackupUnderLoad: 64 clients write to 16 agents of a running serve for
@@ -120,12 +120,12 @@ func TestBackupUnderLoad(t *testing.T) {
 		t.Fatalf("restore: exit %d: %s", code, errb.String())
 	}
 	t.Logf("%s", strings.TrimSpace(out.String()))
-	for _, f := range []string{"server.key", "admin.token", store.JournalName, store.LockName} {
-		if _, err := os.Stat(filepath.Join(restored, f)); err == nil && f != store.LockName {
+	for _, f := range []string{"server.key", "admin.token", file.JournalName, file.LockName} {
+		if _, err := os.Stat(filepath.Join(restored, f)); err == nil && f != file.LockName {
 			t.Errorf("the restored directory holds %s", f)
 		}
 	}
-	st, err := store.OpenFile(restored, store.FileOptions{ReadOnly: true})
+	st, err := file.Open(restored, file.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,11 +140,11 @@ func TestBackupUnderLoad(t *testing.T) {
 		}
 		have[b.id] = recs
 		total += len(recs)
-		live, err := os.ReadFile(filepath.Join(data, b.id+store.Ext))
+		live, err := os.ReadFile(filepath.Join(data, b.id+file.Ext))
 		if err != nil {
 			t.Fatal(err)
 		}
-		copied, err := os.ReadFile(filepath.Join(restored, b.id+store.Ext))
+		copied, err := os.ReadFile(filepath.Join(restored, b.id+file.Ext))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,8 +204,8 @@ func TestBackupUnderLoad(t *testing.T) {
 		t.Fatalf("restore: exit %d: %s", code, errb.String())
 	}
 	for _, b := range bots {
-		live, _ := os.ReadFile(filepath.Join(data, b.id+store.Ext))
-		copied, _ := os.ReadFile(filepath.Join(offline, b.id+store.Ext))
+		live, _ := os.ReadFile(filepath.Join(data, b.id+file.Ext))
+		copied, _ := os.ReadFile(filepath.Join(offline, b.id+file.Ext))
 		if !bytes.Equal(live, copied) {
 			t.Errorf("%s: the offline backup's log (%d bytes) is not the log (%d bytes)", b.id, len(copied), len(live))
 		}
@@ -257,7 +257,7 @@ func forgeTar(t *testing.T, b []byte) []byte {
 			t.Fatal(err)
 		}
 		body, _ := io.ReadAll(tr)
-		if !done && strings.HasSuffix(h.Name, store.Ext) {
+		if !done && strings.HasSuffix(h.Name, file.Ext) {
 			i := bytes.LastIndex(body, []byte(`"cost":2`))
 			if i < 0 {
 				t.Fatalf("no cost in %s", h.Name)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lineage-guard/lineage/internal/bench"
+	"github.com/lineage-guard/lineage/cmd/lineagec/internal/bench"
 )
 
 type benchParams struct {
@@ -60,7 +60,7 @@ measures an idle agent's state. Progress goes to stderr; --json prints one objec
 	f.BoolVar(&p.json, "json", false, "print the results as one JSON object")
 	f.IntVar(&p.gogc, "gogc", 400, "GC percent for the run (GOGC overrides; -1 leaves the default)")
 	f.StringVar(&p.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to FILE (go tool pprof)")
-	cmd.AddCommand(newBenchServeCmd(g))
+	cmd.AddCommand(newBenchServeCmd(g), newBenchOPAServerCmd(g), newBenchLoadCmd(g))
 	return cmd
 }
 
@@ -73,6 +73,9 @@ type benchServeParams struct {
 	json             bool
 	gogc             int
 	cpuProfile       string
+	inProcess        bool
+	opa              string
+	guardCPUProfile  string
 }
 
 func newBenchServeCmd(g *globalParams) *cobra.Command {
@@ -81,16 +84,29 @@ func newBenchServeCmd(g *globalParams) *cobra.Command {
 		Use:   "serve",
 		Short: "Measure the guard service over HTTP beside OPA's own server",
 		Long: `Bench serve drives one request mix (bench's invoice and extension policies,
-without their rate limit; D140) over HTTP/1.1 keep-alive on loopback, from one
-load generator, against
-  (a) OPA's own server (opa/v1/server), one per policy, evaluating the compiled
-      Rego on the very inputs the runtime built for these decisions,
-  (b) the guard service (lineagec serve's handler) on the memory store,
-  (c) the guard service on the file store, durable,
-at each level of --clients, side by side: the targets take turns, --rounds
-times per level, each on fresh agents. It prints decisions/s, p50 and p99 of
-each, and whether the targets hold: (c) at least (a)'s throughput at the most
-clients with p99 <= 10ms; (b) p50 <= 100µs at 1 client.
+without their rate limit; D140) over HTTP/1.1 keep-alive on loopback against
+OPA's own server, evaluating the compiled Rego on the very inputs the runtime
+built for these decisions, and against the guard service, at each level of
+--clients, side by side: the targets take turns, --rounds times per level, each
+round on fresh agents, for --duration at most.
+
+As deployed (the default), each runs in a process of its own: OPA's server
+(the opa on PATH, --opa PATH, or lineagec's own build of OPA's server with
+--opa builtin; one process per policy), the guard (lineagec serve on the file
+store in a temporary directory, every verdict durable before it is answered,
+--guard-cpuprofile FILE for go tool pprof), and the load, a third process per
+round. After each round it times 100 appends of 300 bytes, each made durable
+with fdatasync, on the data directory's disk. It prints decisions/s, p50 and
+p99 of each, the CPU time its server processes spent a decision (Linux), and
+issue 20's targets as ratios: at the most clients the guard's
+throughput over OPA's (goal >= 1.0) and its p99 over OPA's (<= 1.0); at the
+fewest, the guard's p50 over OPA's p50 plus fdatasync's p50 (<= 1.15).
+
+With --in-process the load, OPA's server and the guard share this process, and
+the guard runs on the memory store too: (a) OPA, (b) serve on the memory
+store, (c) serve on the file store; the targets are then (c) at least (a)'s
+throughput at the most clients with p99 <= 10ms, and (b) p50 <= 100µs at 1
+client. --gogc and --cpuprofile apply to this mode only.
 ` + exitCodesHelp,
 		Args: argsUsage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -106,10 +122,16 @@ clients with p99 <= 10ms; (b) p50 <= 100µs at 1 client.
 	f.BoolVar(&p.json, "json", false, "print the results as one JSON object")
 	f.IntVar(&p.gogc, "gogc", 400, "GC percent for the run (GOGC overrides; -1 leaves the default)")
 	f.StringVar(&p.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to FILE (go tool pprof)")
+	f.BoolVar(&p.inProcess, "in-process", false, "run OPA's server, the guard and the load in this one process")
+	f.StringVar(&p.opa, "opa", "", "the opa executable to run as OPA's server (default: opa on PATH, else builtin; builtin: lineagec's own)")
+	f.StringVar(&p.guardCPUProfile, "guard-cpuprofile", "", "the guard process writes a CPU profile of its whole run to FILE (go tool pprof)")
 	return cmd
 }
 
 func runBenchServe(ctx context.Context, p benchServeParams, stdout, stderr io.Writer) error {
+	if !p.inProcess {
+		return runBenchDeployed(ctx, p, stdout, stderr)
+	}
 	stop, err := benchSetup(p.gogc, p.cpuProfile)
 	if err != nil {
 		return err

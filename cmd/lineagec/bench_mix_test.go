@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lineage-guard/lineage/internal/bench"
+	"github.com/lineage-guard/lineage/cmd/lineagec/internal/bench"
 )
 
 // TestBenchHelpMix runs the bench workload (memory store, 60 agents × 200

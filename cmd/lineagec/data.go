@@ -16,6 +16,7 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 	"github.com/lineage-guard/lineage/runtime/store/postgres"
 )
 
@@ -63,9 +64,9 @@ func openSession(g *globalParams, how access) (*session, error) {
 	// A serve that owns the directory holds it for as long as it runs:
 	// waiting is in vain, and the way in is through it. D306 (a directory
 	// held by serve: say --server, do not wait).
-	st, err := store.OpenFile(dir, store.FileOptions{ReadOnly: how == readData})
-	if errors.Is(err, store.ErrLocked) {
-		if h := store.LockHolderOf(dir); serveURL(h.Command) != "" {
+	st, err := file.Open(dir, file.Options{ReadOnly: how == readData})
+	if errors.Is(err, file.ErrLocked) {
+		if h := file.LockHolderOf(dir); serveURL(h.Command) != "" {
 			return nil, fmt.Errorf("the data directory %s is in use by %s, which owns it while it runs: "+
 				"talk to it instead, with --server %s (or $LINEAGE_SERVER) and a token in $LINEAGE_TOKEN "+
 				"(an admin's, %s without --auth; or an approver's)",
@@ -77,16 +78,16 @@ func openSession(g *globalParams, how access) (*session, error) {
 	}
 	// Another lineagec (or a service embedding the runtime) may hold the
 	// directory: wait for it, saying so at once, for up to --lock-timeout.
-	st, err = store.OpenFile(dir, store.FileOptions{
+	st, err = file.Open(dir, file.Options{
 		ReadOnly:    how == readData,
 		WaitForLock: g.lockTimeout > 0,
 		LockTimeout: g.lockTimeout,
-		OnLockWait: func(h store.LockHolder) {
+		OnLockWait: func(h file.LockHolder) {
 			fmt.Fprintf(g.stderr, "lineagec: waiting for the data directory %s: it is in use by %s (giving up after %v; --lock-timeout)\n",
 				dir, h, g.lockTimeout)
 		},
 	})
-	if errors.Is(err, store.ErrLocked) && g.lockTimeout > 0 {
+	if errors.Is(err, file.ErrLocked) && g.lockTimeout > 0 {
 		return nil, fmt.Errorf("%w (--lock-timeout sets how long to wait)", err)
 	}
 	if err != nil {

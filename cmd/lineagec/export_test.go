@@ -19,7 +19,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 	"github.com/lineage-guard/lineage/server"
 )
 
@@ -257,7 +257,7 @@ func TestDecisionLogExport(t *testing.T) {
 	// Every action record of the logs is at the sink, as an OPA event.
 	records := 0
 	for id := range bots {
-		f, err := os.Open(filepath.Join(data, id+store.Ext))
+		f, err := os.Open(filepath.Join(data, id+file.Ext))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 )
 
 // localGuard is the guard of the local store (guard.go): the runtime over
@@ -130,7 +131,7 @@ func (l *localGuard) verify(agent string) (api.VerifyResult, []lineage.Record, e
 				return api.VerifyResult{}, nil, cerr
 			}
 			for _, d := range diff {
-				fmt.Fprintf(l.stderr, "warning: the store's index differs from the log: %s (it is read again from the logs when the store next opens with the log changed, or without %s)\n", d, store.IndexName)
+				fmt.Fprintf(l.stderr, "warning: the store's index differs from the log: %s (it is read again from the logs when the store next opens with the log changed, or without %s)\n", d, file.IndexName)
 			}
 		}
 		if m, ok := l.s.st.(store.Marks); ok {

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 )
 
 // lockHoldEnv makes TestLockHolder a child that holds a data directory's
@@ -27,7 +27,7 @@ func TestLockHolder(t *testing.T) {
 	if dir == "" {
 		t.Skip("a helper: holds a lock for TestLockWait")
 	}
-	st, err := store.OpenFile(dir, store.FileOptions{})
+	st, err := file.Open(dir, file.Options{})
 	if err != nil {
 		fmt.Println("ERROR", err)
 		os.Exit(2)
@@ -107,7 +107,7 @@ func TestLockWait(t *testing.T) {
 	agent := strings.TrimSpace(out.String())
 
 	pid, release := holdLock(t, data)
-	note, err := os.ReadFile(filepath.Join(data, store.LockName))
+	note, err := os.ReadFile(filepath.Join(data, file.LockName))
 	if err != nil || !strings.Contains(string(note), "pid "+strconv.Itoa(pid)+"\n") || !strings.Contains(string(note), "TestLockHolder") {
 		t.Fatalf("the lock file says %q (%v); want the holder's pid %d and command", note, err, pid)
 	}
@@ -125,7 +125,7 @@ func TestLockWait(t *testing.T) {
 			t.Fatalf("%v: exit %d, stdout %q; want exit 1 and nothing on stdout", args, code, out.String())
 		}
 		want := "^lineagec: waiting for the data directory " + regexp.QuoteMeta(data) + ": it is in use by " + holder + `.*\(giving up after 1.5s; --lock-timeout\)\n` +
-			"lineagec: store: the directory is in use by another process: " + regexp.QuoteMeta(filepath.Join(data, store.LockName)) +
+			"lineagec: store: the directory is in use by another process: " + regexp.QuoteMeta(filepath.Join(data, file.LockName)) +
 			" is locked by " + holder + `.*; gave up after 1.5s \(--lock-timeout sets how long to wait\)\n$`
 		if !regexp.MustCompile(want).MatchString(msg) {
 			t.Fatalf("%v: stderr\n%s\nwant it to match\n%s", args, msg, want)
@@ -159,7 +159,7 @@ func TestLockWait(t *testing.T) {
 	if code := <-done; code != 0 || !strings.Contains(sout.String(), `"decision":"allow"`) {
 		t.Fatalf("after the holder let go: exit %d, stdout %q, stderr %q", code, sout.String(), stderr.String())
 	}
-	if note, _ := os.ReadFile(filepath.Join(data, store.LockName)); len(note) != 0 {
+	if note, _ := os.ReadFile(filepath.Join(data, file.LockName)); len(note) != 0 {
 		t.Errorf("the lock file still says %q after every writer closed", note)
 	}
 }

@@ -27,7 +27,7 @@ import (
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 )
 
 // The load's agents: a budget of exactly loadBudget allowed cost units,
@@ -235,7 +235,7 @@ func (g *loadRig) problems() (map[string][]lineage.Record, []string) {
 	t.Helper()
 	var problems []string
 	bad := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
-	st, err := store.OpenFile(g.data, store.FileOptions{ReadOnly: true})
+	st, err := file.Open(g.data, file.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatalf("the data directory does not open: %v", err)
 	}

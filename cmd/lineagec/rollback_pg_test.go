@@ -14,7 +14,7 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/checkpoint"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/internal/pgtest"
+	"github.com/lineage-guard/lineage/runtime/store/postgres/pgtest"
 )
 
 // TestServeSharedMark: on a shared PostgreSQL store the size and head of the

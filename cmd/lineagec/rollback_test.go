@@ -18,7 +18,7 @@ import (
 	"github.com/lineage-guard/lineage/checkpoint"
 	"github.com/lineage-guard/lineage/checkpoint/checkpointtest"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 )
 
 // rollbackRig is a real `lineagec serve --checkpoint-key` over a data
@@ -97,7 +97,7 @@ func (g *rollbackRig) checkpoint(t *testing.T) checkpoint.Checkpoint {
 	return c
 }
 
-func (g *rollbackRig) logFile() string { return filepath.Join(g.data, g.agent+store.Ext) }
+func (g *rollbackRig) logFile() string { return filepath.Join(g.data, g.agent+file.Ext) }
 
 // cut keeps the log's first n records.
 func (g *rollbackRig) cut(t *testing.T, n int) {
@@ -197,7 +197,7 @@ func TestServeRollbackRefusedAtMark(t *testing.T) {
 	g.stop(syscall.SIGTERM)
 	// Every copy and the store's own note of the loss (D255 (a cut no copy
 	// holds is noted at Close)) go: only the checkpoint mark is left.
-	for _, name := range []string{store.JournalName, store.LostDir} {
+	for _, name := range []string{file.JournalName, file.LostDir} {
 		if err := os.RemoveAll(filepath.Join(g.data, name)); err != nil {
 			t.Fatal(err)
 		}
@@ -239,7 +239,7 @@ func TestServeRollbackReportedLost(t *testing.T) {
 	if stderr := g.stop(syscall.SIGTERM); !strings.Contains(stderr, g.agent) {
 		t.Errorf("serve stopped without naming the damaged agent %s:\n%s", g.agent, stderr)
 	}
-	if err := os.Remove(filepath.Join(g.data, store.JournalName)); err != nil {
+	if err := os.Remove(filepath.Join(g.data, file.JournalName)); err != nil {
 		t.Fatal(err)
 	}
 	g.start(t)

@@ -23,6 +23,7 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 	"github.com/lineage-guard/lineage/runtime/store/postgres"
 	"github.com/lineage-guard/lineage/server"
 )
@@ -46,6 +47,7 @@ type serveParams struct {
 	logLevel  string
 
 	decisionLog string // --decision-log URL (server/export.go)
+	cpuProfile  string // --cpuprofile (hidden; bench serve's --guard-cpuprofile)
 }
 
 func newServeCmd(g *globalParams) *cobra.Command {
@@ -106,6 +108,8 @@ wins (docs/operations.md).
 	f.StringVar(&p.ckptKey, "checkpoint-key", "", "sign checkpoints with this private key (lineagec key generate): GET /v1/agents/{agent}/checkpoint and /proof/{seq}")
 	f.StringVar(&p.config, "config", "", "read these flags from a JSON or YAML file (schema/serve.schema.json); the command line wins")
 	f.StringVar(&p.logLevel, "log-level", "info", "least level logged: debug, info, warn, error (/health and /metrics are debug)")
+	f.StringVar(&p.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to FILE (go tool pprof)")
+	_ = f.MarkHidden("cpuprofile") // a tool of bench serve, not of an operator
 	return cmd
 }
 
@@ -127,6 +131,13 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		p.store = os.Getenv("LINEAGE_STORE")
 	}
 	server.SetGCPercent() // CPU a decision (D221)
+	if p.cpuProfile != "" {
+		stop, err := benchSetup(-1, p.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	level, err := logLevel(p.logLevel)
 	if err != nil {
 		return err
@@ -205,7 +216,7 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		clock = storeclock.Start(read, storeclock.Options{MaxError: p.maxClock, Logger: slog.New(handler)})
 		defer clock.Close()
 	} else {
-		fs, err := store.OpenFile(dir, store.FileOptions{})
+		fs, err := file.Open(dir, file.Options{})
 		if err != nil {
 			return err
 		}

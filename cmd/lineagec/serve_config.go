@@ -27,8 +27,9 @@ var serveConfigPaths = map[string]bool{
 	"data": true, "auth": true, "server-key": true, "tls-cert": true, "tls-key": true, "checkpoint-key": true,
 }
 
-// serveConfigNotKeys are the flags of serve a config file cannot hold.
-var serveConfigNotKeys = map[string]bool{"config": true, "help": true}
+// serveConfigNotKeys are the flags of serve a config file cannot hold
+// (--cpuprofile is hidden: bench serve's, not an operator's).
+var serveConfigNotKeys = map[string]bool{"config": true, "help": true, "cpuprofile": true}
 
 // applyServeConfig reads serve's --config FILE (JSON or YAML, validated by
 // schema/serve.schema.json: unknown keys are errors with file:line:col) and

@@ -16,7 +16,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/internal/pgtest"
+	"github.com/lineage-guard/lineage/runtime/store/postgres/pgtest"
 )
 
 // TestServeNodesNews: three `serve --store` processes on one database. A

@@ -15,10 +15,10 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/internal/pgtest"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store/postgres"
+	"github.com/lineage-guard/lineage/runtime/store/postgres/pgtest"
 )
 
 // TestServeTwoNodes: two `lineagec serve --store postgres://…` processes on

@@ -21,7 +21,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/internal/pgtest"
+	"github.com/lineage-guard/lineage/runtime/store/postgres/pgtest"
 	"github.com/lineage-guard/lineage/schema"
 	"github.com/lineage-guard/lineage/server"
 )

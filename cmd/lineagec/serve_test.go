@@ -31,7 +31,7 @@ import (
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 	"github.com/lineage-guard/lineage/server"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -159,7 +159,7 @@ func TestServeSIGTERM(t *testing.T) {
 	if errors.As(err, &ee) || err != nil {
 		t.Fatalf("serve after SIGTERM: %v\n%s", err, stderr())
 	}
-	st, err := store.OpenFile(data, store.FileOptions{ReadOnly: true})
+	st, err := file.Open(data, file.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestBothWays(t *testing.T) {
 // serveInProcess starts the server package over a data directory on a
 // loopback port, with one admin "ops".
 func serveInProcess(dir string) (string, string, func(), error) {
-	st, err := store.OpenFile(dir, store.FileOptions{})
+	st, err := file.Open(dir, file.Options{})
 	if err != nil {
 		return "", "", nil, err
 	}

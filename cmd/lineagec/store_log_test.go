@@ -18,11 +18,12 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/internal/pgtest"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 	"github.com/lineage-guard/lineage/runtime/store/postgres"
+	"github.com/lineage-guard/lineage/runtime/store/postgres/pgtest"
 	"github.com/lineage-guard/lineage/server"
 )
 
@@ -89,7 +90,7 @@ tools:
 func TestLogStoreExport(t *testing.T) {
 	url := pgtest.URL(t)
 	dir := t.TempDir()
-	fs, err := store.OpenFile(dir, store.FileOptions{})
+	fs, err := file.Open(dir, file.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,12 +117,12 @@ func TestLogStoreExport(t *testing.T) {
 	if code != exitOK || stderr != "" {
 		t.Fatalf("log --store: exit %d: %s", code, stderr)
 	}
-	file, err := os.ReadFile(filepath.Join(dir, id+store.Ext))
+	logFile, err := os.ReadFile(filepath.Join(dir, id+file.Ext))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fromPG != fromFile || fromPG != string(file) {
-		t.Fatalf("log --store differs from the file store:\n--store:\n%s\n--data:\n%s\nfile:\n%s", fromPG, fromFile, file)
+	if fromPG != fromFile || fromPG != string(logFile) {
+		t.Fatalf("log --store differs from the file store:\n--store:\n%s\n--data:\n%s\nfile:\n%s", fromPG, fromFile, logFile)
 	}
 	if n := strings.Count(fromPG, "\n"); n != 7 {
 		t.Fatalf("log --store: %d records, want 7", n)
@@ -134,8 +135,23 @@ func TestLogStoreExport(t *testing.T) {
 	if code != exitOK || !strings.HasPrefix(fileOK, "ok: 7 records, head sha256:") {
 		t.Fatalf("verify the export: exit %d, %q, %s", code, fileOK, stderr)
 	}
-	if code, out, stderr := cli("verify", "--store", url, id); code != exitOK || out != fileOK {
+	if code, out, stderr := cli("verify", "--store", url, id); code != exitOK || out != fileOK || stderr != "" {
 		t.Fatalf("verify --store: exit %d, %q, %s; want %q", code, out, stderr, fileOK)
+	}
+	// The index rows damaged (the agent's name, a request pending that the
+	// log decided): verify warns of each, and still answers from the log.
+	pgtest.Exec(t, url, fmt.Sprintf(`UPDATE lineage_agent_index SET name = 'wrong!!' WHERE agent = '%s'`, id),
+		fmt.Sprintf(`INSERT INTO lineage_pending (agent, seq, request_id, tool, args, at, cost) VALUES ('%s', 3, 'r3', 'pay', '{}', 'then', 5)`, id))
+	if code, out, stderr := cli("verify", "--store", url, id); code != exitOK || out != fileOK ||
+		!strings.Contains(stderr, "warning: the store's index differs from the log: agent "+id+": index has") ||
+		!strings.Contains(stderr, "wrong!!") ||
+		!strings.Contains(stderr, `the index has request "r3" (seq 3) pending, the log does not`) {
+		t.Fatalf("verify --store of a damaged index: exit %d, %q, stderr %q; want the log's answer and a warning of each row", code, out, stderr)
+	}
+	pgtest.Exec(t, url, fmt.Sprintf(`UPDATE lineage_agent_index SET name = 'export' WHERE agent = '%s'`, id),
+		fmt.Sprintf(`DELETE FROM lineage_pending WHERE agent = '%s'`, id))
+	if code, _, stderr := cli("verify", "--store", url, id); code != exitOK || stderr != "" {
+		t.Fatalf("verify --store of the index put back: exit %d, stderr %q", code, stderr)
 	}
 	_, stateFile, _ := cli("state", "--data", dir, id)
 	if code, out, stderr := cli("state", "--store", url, id); code != exitOK || out != stateFile || !strings.Contains(out, `"spent": 6`) {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lineage-guard/lineage/internal/pgtest"
+	"github.com/lineage-guard/lineage/runtime/store/postgres/pgtest"
 )
 
 // TestStoreInit runs `lineagec store init` twice on an empty database: the

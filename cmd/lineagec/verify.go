@@ -12,7 +12,7 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/api"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 )
 
 type verifyParams struct {
@@ -123,7 +123,7 @@ func writeVerifyResult(stdout io.Writer, format string, res api.VerifyResult) er
 // looksLikePath tells a file name from an agent id (which has no path
 // separator and no .jsonl suffix), for a target that does not exist.
 func looksLikePath(s string) bool {
-	return strings.ContainsRune(s, '/') || strings.ContainsRune(s, os.PathSeparator) || strings.HasSuffix(s, store.Ext)
+	return strings.ContainsRune(s, '/') || strings.ContainsRune(s, os.PathSeparator) || strings.HasSuffix(s, file.Ext)
 }
 
 func isDamage(err error) bool {
@@ -132,13 +132,13 @@ func isDamage(err error) bool {
 }
 
 // verifyFile verifies a log file's lines, read by the store's own rules
-// (store.ScanFile): a final segment that is not a whole record is a torn tail,
+// (file.ScanFile): a final segment that is not a whole record is a torn tail,
 // ignored as the store ignores it and reported on stderr.
 func verifyFile(path string, stderr io.Writer) ([]lineage.Record, error) {
 	var torn int64
 	recs, err := runtime.VerifyLog(func(fn func(uint64, []byte) error) error {
 		var err error
-		torn, err = store.ScanFile(path, fn)
+		torn, err = file.ScanFile(path, fn)
 		return err
 	}, compileLogged)
 	if torn > 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 	"github.com/lineage-guard/lineage/server"
 )
 
@@ -28,7 +29,7 @@ type Service struct {
 	HTTP          *http.Server
 	Runtime       *runtime.Runtime
 	Store         store.Store
-	File          *store.File // the file store Start opened; nil with WithStore
+	File          *file.Store // the file store Start opened; nil with WithStore
 	Dir           string      // the file store's data directory; "" with WithStore
 	// DamageExpected: the test cut or rewrote a log under the store, whose
 	// Close then reports the damage (store.ErrDamaged) rather than forget it.
@@ -79,7 +80,7 @@ func Start(t testing.TB, opts ...Option) *Service {
 	s := &Service{AdminToken: server.NewToken(), ApproverToken: server.NewToken(), Store: o.store}
 	if s.Store == nil {
 		s.Dir = t.TempDir()
-		st, err := store.OpenFile(s.Dir, store.FileOptions{})
+		st, err := file.Open(s.Dir, file.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,10 +23,6 @@ var (
 	ErrBadRecord = errors.New("store: invalid record")
 	// ErrDamaged is wrapped by a *DamageError: the log's bytes are not a log.
 	ErrDamaged = errors.New("store: log damaged")
-	// ErrBroken is returned by Append on a log whose earlier write or sync failed
-	// in a way that leaves its durable state unknown; the store refuses further
-	// appends to it until it is reopened (and the operator has looked).
-	ErrBroken = errors.New("store: log unusable after a failed write or sync")
 )
 
 // DamageError reports a log whose bytes cannot be a log written by a store: an

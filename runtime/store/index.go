@@ -6,10 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"sort"
 	"strings"
-	"sync"
 )
 
 // The indexes a store keeps of its logs: one row per agent, and one row per
@@ -74,6 +71,14 @@ type Lister interface {
 	ListAgents(q ListQuery) ([]AgentRow, string, error)
 	// ListPending returns a page of the pending index, by agent id then seq.
 	ListPending(q ListQuery) ([]PendingRow, string, error)
+}
+
+// IndexChecker is implemented by the stores whose indexes `lineagec verify`
+// checks against an agent's log.
+type IndexChecker interface {
+	// CheckIndexOf returns one line per difference between what the
+	// indexes say of agent and what its log says.
+	CheckIndexOf(agent string) ([]string, error)
 }
 
 // ErrBadCursor is returned for a cursor that no page gave.
@@ -237,240 +242,6 @@ func IndexChangeOf(agent string, seq uint64, rec []byte) (IndexChange, error) {
 	return ch, nil
 }
 
-// index is the in-memory form of both indexes, kept by the memory and file
-// stores (the file store also saves it beside the logs).
-type index struct {
-	mu      sync.Mutex
-	rows    map[string]*indexRow
-	sorted  []string // ids in order; the ids of added are not in it yet
-	added   []string
-	pending map[string]*PendingRow // PendingKey → row
-	costs   map[string]*Costs      // policy digest → costs
-}
-
-type indexRow struct {
-	AgentRow
-	count int64 // records seen; -1 once damaged
-	size  int64 // bytes of the log seen (file store)
-	// reqs maps an agent's pending request ids to their keys in pending.
-	reqs map[string]string
-}
-
-func newIndex() *index {
-	return &index{rows: map[string]*indexRow{}, pending: map[string]*PendingRow{}, costs: map[string]*Costs{}}
-}
-
-// create notes a log without records.
-func (x *index) create(agent string) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.row(agent)
-}
-
-func (x *index) row(agent string) *indexRow {
-	r := x.rows[agent]
-	if r == nil {
-		r = &indexRow{AgentRow: AgentRow{Agent: agent, Status: StatusAlive}}
-		x.rows[agent] = r
-		x.added = append(x.added, agent)
-	}
-	return r
-}
-
-// apply notes the records firstSeq... of agent's log, which is now size
-// bytes long (the file store; 0 leaves the size alone).
-func (x *index) apply(agent string, firstSeq uint64, size int64, recs [][]byte) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	r := x.row(agent)
-	if size > 0 {
-		r.size = size
-	}
-	for i, rec := range recs {
-		x.applyOne(r, firstSeq+uint64(i), rec)
-	}
-}
-
-func (x *index) applyOne(r *indexRow, seq uint64, rec []byte) {
-	if r.count < 0 {
-		return
-	}
-	if uint64(r.count) != seq {
-		x.damage(r, fmt.Sprintf("store: index %s: record %d after %d records", r.Agent, seq, r.count))
-		return
-	}
-	ch, err := IndexChangeOf(r.Agent, seq, rec)
-	if err != nil {
-		x.damage(r, err.Error())
-		return
-	}
-	r.count++
-	r.Seq = seq
-	if ch.Name != nil {
-		r.Name = *ch.Name
-	}
-	if ch.Costs != nil {
-		r.Digest = ch.Digest
-		if _, ok := x.costs[ch.Digest]; !ok {
-			x.costs[ch.Digest] = ch.Costs
-		}
-	}
-	if ch.Terminated {
-		r.Status = StatusTerminated
-		x.dropPending(r)
-	}
-	if p := ch.AddPending; p != nil && r.Status == StatusAlive {
-		if c := x.costs[r.Digest]; c != nil {
-			p.Cost = c.Cost(p.Tool)
-		}
-		key := PendingKey(r.Agent, seq)
-		x.pending[key] = p
-		if r.reqs == nil {
-			r.reqs = map[string]string{}
-		}
-		r.reqs[p.RequestID] = key
-	}
-	if id := ch.RemovePending; id != "" {
-		if key, ok := r.reqs[id]; ok {
-			delete(x.pending, key)
-			delete(r.reqs, id)
-		}
-	}
-}
-
-func (x *index) dropPending(r *indexRow) {
-	for _, key := range r.reqs {
-		delete(x.pending, key)
-	}
-	r.reqs = nil
-}
-
-func (x *index) damage(r *indexRow, why string) {
-	r.count, r.Status, r.Error = -1, StatusDamaged, why
-	x.dropPending(r)
-}
-
-// reset forgets what the index knows of agent's log (before it is read anew).
-func (x *index) reset(agent string) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	r := x.row(agent)
-	x.dropPending(r)
-	r.AgentRow = AgentRow{Agent: agent, Status: StatusAlive}
-	r.count, r.size = 0, 0
-}
-
-// remove forgets agent altogether.
-func (x *index) remove(agent string) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	r := x.rows[agent]
-	if r == nil {
-		return
-	}
-	x.dropPending(r)
-	delete(x.rows, agent)
-	if i, ok := slices.BinarySearch(x.sorted, agent); ok {
-		x.sorted = slices.Delete(x.sorted, i, i+1)
-	}
-	x.added = slices.DeleteFunc(x.added, func(s string) bool { return s == agent })
-}
-
-// ids returns the ids in order, merging those added since the last call.
-// The caller holds mu.
-func (x *index) ids() []string {
-	if len(x.added) > 0 {
-		sort.Strings(x.added)
-		merged := make([]string, 0, len(x.sorted)+len(x.added))
-		i, j := 0, 0
-		for i < len(x.sorted) || j < len(x.added) {
-			switch {
-			case j == len(x.added) || i < len(x.sorted) && x.sorted[i] < x.added[j]:
-				merged = append(merged, x.sorted[i])
-				i++
-			default:
-				if len(merged) == 0 || merged[len(merged)-1] != x.added[j] {
-					merged = append(merged, x.added[j])
-				}
-				j++
-			}
-		}
-		x.sorted, x.added = merged, nil
-	}
-	return x.sorted
-}
-
-func (x *index) listAgents(q ListQuery) ([]AgentRow, string, error) {
-	q, err := CheckListQuery(q)
-	if err != nil {
-		return nil, "", err
-	}
-	after, err := DecodeCursor(q.Cursor)
-	if err != nil {
-		return nil, "", err
-	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	ids := x.ids()
-	i := 0
-	if after != "" {
-		i = sort.SearchStrings(ids, after)
-		if i < len(ids) && ids[i] == after {
-			i++
-		}
-	}
-	out := []AgentRow{}
-	for ; i < len(ids) && len(out) < q.Limit; i++ {
-		r := x.rows[ids[i]]
-		if q.Status != "" && r.Status != q.Status {
-			continue
-		}
-		out = append(out, r.AgentRow)
-	}
-	next := ""
-	if i < len(ids) && len(out) == q.Limit {
-		next = EncodeCursor(out[len(out)-1].Agent)
-	}
-	return out, next, nil
-}
-
-func (x *index) listPending(q ListQuery) ([]PendingRow, string, error) {
-	q, err := CheckListQuery(q)
-	if err != nil {
-		return nil, "", err
-	}
-	after, err := DecodeCursor(q.Cursor)
-	if err != nil {
-		return nil, "", err
-	}
-	x.mu.Lock()
-	keys := make([]string, 0, len(x.pending))
-	for k := range x.pending {
-		if k > after {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	more := len(keys) > q.Limit
-	if more {
-		keys = keys[:q.Limit]
-	}
-	out := make([]PendingRow, 0, len(keys))
-	for _, k := range keys {
-		p := *x.pending[k]
-		if r := x.rows[p.Agent]; r != nil {
-			p.Name = r.Name
-		}
-		out = append(out, p)
-	}
-	x.mu.Unlock()
-	next := ""
-	if more {
-		next = EncodeCursor(keys[len(keys)-1])
-	}
-	return out, next, nil
-}
-
 // ParsePendingKey splits a PendingKey (of a decoded cursor).
 func ParsePendingKey(key string) (agent string, seq uint64, ok bool) {
 	agent, s, ok := strings.Cut(key, "\x00")
@@ -479,52 +250,4 @@ func ParsePendingKey(key string) (agent string, seq uint64, ok bool) {
 	}
 	_, err := fmt.Sscan(s, &seq)
 	return agent, seq, err == nil
-}
-
-// Listing returns st's Lister; for a store that keeps no index (a wrapper in
-// a test), one that reads every log for every page.
-func Listing(st Store) Lister {
-	if l, ok := st.(Lister); ok {
-		return l
-	}
-	return scanLister{st}
-}
-
-type scanLister struct{ st Store }
-
-func (l scanLister) index() (*index, error) {
-	ids, err := l.st.Agents()
-	if err != nil {
-		return nil, err
-	}
-	x := newIndex()
-	for _, id := range ids {
-		x.create(id)
-		err := l.st.Scan(id, func(seq uint64, rec []byte) error {
-			x.apply(id, seq, 0, [][]byte{rec})
-			return nil
-		})
-		if err != nil {
-			x.mu.Lock()
-			x.damage(x.row(id), err.Error())
-			x.mu.Unlock()
-		}
-	}
-	return x, nil
-}
-
-func (l scanLister) ListAgents(q ListQuery) ([]AgentRow, string, error) {
-	x, err := l.index()
-	if err != nil {
-		return nil, "", err
-	}
-	return x.listAgents(q)
-}
-
-func (l scanLister) ListPending(q ListQuery) ([]PendingRow, string, error) {
-	x, err := l.index()
-	if err != nil {
-		return nil, "", err
-	}
-	return x.listPending(q)
 }

@@ -9,7 +9,7 @@ import "context"
 // Shared is implemented by a store whose logs other writers may append to
 // while this one is open: other processes, other guard nodes. The runtime
 // then confirms every answer it gives without an append (a retry, a read, a
-// refusal) against the store's tail before it answers. A File store holds
+// refusal) against the store's tail before it answers. A file store holds
 // an exclusive lock on its directory, so it has no other writer and does
 // not implement Shared.
 type Shared interface {

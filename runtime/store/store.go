@@ -1,8 +1,13 @@
-// Package store owns the durable bytes of agents' logs: it appends encoded records
-// for (agent, seq), reads them back in order and guarantees durability and order.
+// Package store owns the contract of the durable bytes of agents' logs: the
+// Store interface (append encoded records for (agent, seq), read them back in
+// order, with durability and order guaranteed) and its optional capabilities,
+// the rows of the indexes the lists are served from, the checks every backend
+// runs at its edge, and the sentinel errors callers branch on.
 //
-// It knows nothing of hashes, verdicts or state: the chain and the fold live in
-// package runtime, so a new backend (PostgreSQL for multi-node) is a small file.
+// The backends are packages of their own: file (the embedded default),
+// memory and postgres; storetest holds the contract they all pass. It knows
+// nothing of hashes, verdicts or state: the chain and the fold live in
+// package runtime.
 package store
 
 import "errors"
@@ -65,8 +70,6 @@ var (
 	ErrSeq = errors.New("store: seq out of order")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("store: closed")
-	// ErrLocked is returned by OpenFile when another process holds the directory.
-	ErrLocked = errors.New("store: the directory is in use by another process")
 	// ErrReadOnly is returned by Create and Append on a store opened read-only.
 	ErrReadOnly = errors.New("store: opened read-only")
 )

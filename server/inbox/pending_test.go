@@ -12,11 +12,12 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
 
 // unopenable is a store whose logs do not open (every Scan fails as damage)
 // while its indexes answer.
-type unopenable struct{ *store.Memory }
+type unopenable struct{ *memory.Store }
 
 func (unopenable) Scan(agent string, _ func(uint64, []byte) error) error {
 	return &store.DamageError{Agent: agent, Offset: -1, Reason: "test: unreadable"}
@@ -28,7 +29,7 @@ func (unopenable) Scan(agent string, _ func(uint64, []byte) error) error {
 // pending list lists the index)).
 func TestPendingListsAnAgentThatDoesNotOpen(t *testing.T) {
 	compile := func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) }
-	mem := store.NewMemory()
+	mem := memory.New()
 	rt := runtime.Open(mem, runtime.Options{Compile: compile})
 	c, err := compile([]byte(`{"budget": 10, "tools": {"wire": {"cost": 2, "requires_approval": true}}}`))
 	if err != nil {

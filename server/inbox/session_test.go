@@ -15,7 +15,7 @@ import (
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
 )
 
 // clock is a settable clock.
@@ -30,7 +30,7 @@ func (c *clock) advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.U
 // openRuntime is a runtime over a fresh file store.
 func openRuntime(t *testing.T) *runtime.Runtime {
 	t.Helper()
-	st, err := store.OpenFile(t.TempDir(), store.FileOptions{})
+	st, err := file.Open(t.TempDir(), file.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/lineage-guard/lineage/internal/pgtest"
+	"github.com/lineage-guard/lineage/runtime/store/postgres/pgtest"
 	"github.com/lineage-guard/lineage/runtime/store/storetest"
 )
 

@@ -3,10 +3,12 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lineage-guard/lineage/runtime/internal/index"
 	"github.com/lineage-guard/lineage/runtime/store"
 )
 
@@ -247,3 +249,80 @@ func backfillIndex(ctx context.Context, tx pgx.Tx) error {
 	}
 	return nil
 }
+
+// CheckIndexOf implements store.IndexChecker: it reads agent's log and its
+// rows of lineage_agent_index and lineage_pending, and returns one line per
+// difference between them (`lineagec verify` warns of each). A damaged
+// agent's row holds no reason (the file and memory stores keep one), so the
+// status alone is compared.
+func (s *Store) CheckIndexOf(agent string) ([]string, error) {
+	if err := store.CheckAgent(agent); err != nil {
+		return nil, err
+	}
+	want := index.New()
+	err := s.Scan(agent, func(seq uint64, rec []byte) error {
+		want.Apply(agent, seq, 0, [][]byte{rec})
+		return nil
+	})
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		want = index.New()
+	case err != nil:
+		return nil, err
+	default:
+		want.Create(agent)
+	}
+	snap := want.Snapshot()
+	for i := range snap.Agents {
+		snap.Agents[i].Error = ""
+	}
+	want, _ = index.FromSnapshot(snap)
+
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	ctx, cancel := s.ctx()
+	defer cancel()
+	var have index.Snapshot
+	var row store.AgentRow
+	var seq int64
+	err = s.pool.QueryRow(ctx, `SELECT agent, name, status, digest, seq FROM lineage_agent_index WHERE agent = $1::text`, agent).
+		Scan(&row.Agent, &row.Name, &row.Status, &row.Digest, &seq)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return nil, mapErr(err, "checking the index", agent)
+	default:
+		row.Seq = uint64(seq)
+		have.Agents = append(have.Agents, index.SnapshotRow{AgentRow: row})
+	}
+	rows, err := s.pool.Query(ctx, `SELECT agent, request_id, seq, tool, args, at, cost FROM lineage_pending WHERE agent = $1::text ORDER BY seq`, agent)
+	if err != nil {
+		return nil, mapErr(err, "checking the index", agent)
+	}
+	pending, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.PendingRow, error) {
+		var r store.PendingRow
+		var seq int64
+		var args []byte
+		err := row.Scan(&r.Agent, &r.RequestID, &seq, &r.Tool, &args, &r.At, &r.Cost)
+		r.Seq, r.Args = uint64(seq), args
+		return r, err
+	})
+	if err != nil {
+		return nil, mapErr(err, "checking the index", agent)
+	}
+	var out []string
+	if len(have.Agents) == 0 && len(pending) > 0 {
+		out = append(out, fmt.Sprintf("agent %s: the index has %d pending requests and no row of the agent", agent, len(pending)))
+		pending = nil
+	}
+	have.Pending = pending
+	hx, ok := index.FromSnapshot(have)
+	if !ok {
+		return nil, fmt.Errorf("store: postgres: %s: the index rows cannot be read", agent)
+	}
+	return append(out, index.Diff(hx, want, agent)...), nil
+}
+
+var _ store.IndexChecker = (*Store)(nil)

@@ -3,8 +3,8 @@ package postgres
 import (
 	"testing"
 
-	"github.com/lineage-guard/lineage/internal/pgtest"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/postgres/pgtest"
 )
 
 const (

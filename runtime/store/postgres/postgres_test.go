@@ -15,26 +15,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/lineage-guard/lineage/internal/pgtest"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/postgres/pgtest"
 	"github.com/lineage-guard/lineage/runtime/store/storetest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-var contract = storetest.Contract{
-	ErrExists: store.ErrExists, ErrNotFound: store.ErrNotFound, ErrSeq: store.ErrSeq,
-	ErrClosed: store.ErrClosed, ErrBadAgent: store.ErrBadAgent, ErrBadRecord: store.ErrBadRecord,
-	MaxAgentID: store.MaxAgentID, MaxRecord: store.MaxRecord,
-	Lists: &storetest.Lists{
-		Agents: func(s storetest.Store, cursor string, limit int, status string) (any, string, error) {
-			return s.(store.Lister).ListAgents(store.ListQuery{Cursor: cursor, Limit: limit, Status: status})
-		},
-		Pending: func(s storetest.Store, cursor string, limit int) (any, string, error) {
-			return s.(store.Lister).ListPending(store.ListQuery{Cursor: cursor, Limit: limit})
-		},
-	},
-}
+var contract = storetest.Default
 
 // open opens a store on url, closed when t ends unless the test closed it.
 func open(t testing.TB, url string) *Store {
@@ -428,4 +416,44 @@ func TestIndexBackfill(t *testing.T) {
 	}
 	s = open(t, url)
 	storetest.WantFleet(t, contract.Lists, s)
+}
+
+// TestCheckIndexOf: the index rows of every agent of the fleet agree with
+// its log; a row changed, a pending row removed or added behind the store is
+// a difference CheckIndexOf names (what `lineagec verify --store` warns of).
+func TestCheckIndexOf(t *testing.T) {
+	url := pgtest.URL(t)
+	s := open(t, url)
+	storetest.Fleet(t, s)
+	ids, err := s.Agents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if diff, err := s.CheckIndexOf(id); err != nil || len(diff) > 0 {
+			t.Fatalf("CheckIndexOf(%s) = %q, %v; want no difference", id, diff, err)
+		}
+	}
+	pending, _, err := s.ListPending(store.ListQuery{})
+	if err != nil || len(pending) == 0 {
+		t.Fatalf("the fleet has no pending request: %v", err)
+	}
+	p := pending[0]
+	pgtest.Exec(t, url,
+		`UPDATE lineage_agent_index SET status = 'terminated' WHERE agent = 'agt_02'`,
+		fmt.Sprintf(`DELETE FROM lineage_pending WHERE agent = '%s' AND seq = %d`, p.Agent, p.Seq),
+		`INSERT INTO lineage_pending (agent, seq, request_id, tool, args, at, cost) VALUES ('agt_05', 1, 'ghost', 't', '{}', 'x', 0)`)
+	for _, c := range []struct{ agent, want string }{
+		{"agt_02", "agent agt_02: index has"},
+		{p.Agent, fmt.Sprintf("agent %s: pending request %q (seq %d) missing or different in the index", p.Agent, p.RequestID, p.Seq)},
+		{"agt_05", `agent agt_05: the index has request "ghost" (seq 1) pending, the log does not`},
+	} {
+		diff, err := s.CheckIndexOf(c.agent)
+		if err != nil || len(diff) != 1 || !strings.Contains(diff[0], c.want) {
+			t.Errorf("CheckIndexOf(%s) = %q, %v; want one difference, %q", c.agent, diff, err, c.want)
+		}
+	}
+	if diff, err := s.CheckIndexOf("agt_nobody"); err != nil || len(diff) > 0 {
+		t.Errorf("CheckIndexOf of an agent without a log = %q, %v", diff, err)
+	}
 }

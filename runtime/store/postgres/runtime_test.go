@@ -11,10 +11,11 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/internal/pgtest"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/file"
+	"github.com/lineage-guard/lineage/runtime/store/postgres/pgtest"
 )
 
 const policyYAML = `
@@ -85,7 +86,7 @@ func TestRuntimeSameBytes(t *testing.T) {
 	pg := open(t, pgtest.URL(t))
 	id := guard(t, pg)
 	dir := t.TempDir()
-	fs, err := store.OpenFile(dir, store.FileOptions{})
+	fs, err := file.Open(dir, file.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestRuntimeSameBytes(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	file, err := os.ReadFile(filepath.Join(dir, id+store.Ext))
+	file, err := os.ReadFile(filepath.Join(dir, id+file.Ext))
 	if err != nil {
 		t.Fatal(err)
 	}

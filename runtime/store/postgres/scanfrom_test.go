@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/lineage-guard/lineage/internal/pgtest"
 	"github.com/lineage-guard/lineage/runtime/store"
+	"github.com/lineage-guard/lineage/runtime/store/postgres/pgtest"
 )
 
 // TestScanFrom: ScanFrom reads a log from a seq on, sees what another pool

@@ -1,11 +1,11 @@
 // Package storetest owns the contract that every store.Store implementation
-// must pass (the file and memory stores in package store, the PostgreSQL store
-// in package postgres), and the helpers to write more tests of a store.
+// must pass (the file, memory and PostgreSQL stores: Default holds package
+// store's sentinels and limits for them), and the helpers to write more
+// tests and benchmarks of a store.
 //
-// It does not import package store: store's own tests import it, and Go
-// forbids that cycle. So it declares the same method set (Store) and takes the
-// sentinels and limits as a Contract, which package store's tests and other
-// backends fill from package store.
+// Run takes the sentinels and limits as a Contract and the store as the
+// method set Store declares, so that a test can run the contract against a
+// wrapper of a store.
 package storetest
 
 import (

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/lineage-guard/lineage/cmd/lineagec/internal/bench"
+)
+
+// TestBenchServeDeployed runs `lineagec bench serve --json` as deployed, at
+// a tiny size on loopback: OPA's servers, the guard and the loads are
+// processes of their own; every row made decisions, every target of issue
+// 20 has a positive measured ratio, and no process the run started is
+// alive after it.
+func TestBenchServeDeployed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	if goruntime.GOOS == "windows" {
+		t.Skip("stops its processes with SIGTERM")
+	}
+	bin := filepath.Join(t.TempDir(), "lineagec")
+	if err := os.Symlink(os.Args[0], bin); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "bench", "serve", "--json", "--opa", "builtin", "--clients", "1,4", "--agents", "4",
+		"--requests", "20", "--duration", "300ms", "--rounds", "1")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("bench serve: %v\n%s", err, stderr.String())
+	}
+	var res bench.DeployedResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("the JSON: %v\n%s", err, out)
+	}
+	if len(res.Rows) != 4 {
+		t.Fatalf("rows: %+v", res.Rows)
+	}
+	for i, r := range res.Rows {
+		if want := []string{"opa", "guard"}[i%2]; r.Target != want || r.Decisions == 0 || r.PerSec <= 0 || r.P50 <= 0 || r.P99 < r.P50 {
+			t.Errorf("row %d: %+v (want target %s with decisions)", i, r, want)
+		}
+	}
+	names := map[string]bool{}
+	for _, tg := range res.Targets {
+		names[tg.Name] = true
+		if tg.Measured <= 0 || tg.Goal <= 0 || (tg.Rule != ">=" && tg.Rule != "<=") {
+			t.Errorf("target %+v", tg)
+		}
+	}
+	for _, want := range []string{"4 connections: guard decisions/s over OPA's", "4 connections: guard p99 over OPA's",
+		"1 connection(s): guard p50 over (OPA's p50 + fdatasync p50)"} {
+		if !names[want] {
+			t.Errorf("no target %q in %+v", want, res.Targets)
+		}
+	}
+	if res.SyncP50 <= 0 || res.SyncCount != 200 || res.Workload.Decisions != 4*20 {
+		t.Errorf("fdatasync p50 %d of %d, workload %+v", res.SyncP50, res.SyncCount, res.Workload)
+	}
+	roles := map[string]int{}
+	for _, p := range res.Processes {
+		roles[p.Role]++
+		if p.PID <= 0 || p.PID == os.Getpid() || p.PID == cmd.Process.Pid {
+			t.Errorf("process %+v is not a child of its own", p)
+			continue
+		}
+		if err := syscall.Kill(p.PID, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("the %s process %d is still there after the run (kill 0: %v)", p.Role, p.PID, err)
+		}
+	}
+	if roles["opa"] != 2 || roles["guard"] != 1 {
+		t.Errorf("processes: %+v (want 2 OPA servers, one per policy, and the guard)", res.Processes)
+	}
+}

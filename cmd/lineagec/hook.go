@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/spf13/cobra"
 
 	"github.com/lineage-guard/lineage"
@@ -209,7 +211,7 @@ func decideHook(ctx context.Context, p hookParams, stdin io.Reader, stderr io.Wr
 	}
 	unavailable := func(err error) hookOutput {
 		fmt.Fprintf(stderr, "lineagec: hook: call to %q denied: %v\n", tool, err)
-		var ce *client.Error
+		var ce *api.Error
 		switch {
 		case errors.As(err, &ce) && ce.Status == http.StatusTooManyRequests:
 			return hookDeny(fmt.Sprintf("lineage denied the call to %q: slow down, the agent is making requests faster than its quota allows (%s); nothing was done. Wait a little before calling again.", tool, ce.Message))

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/compiler"
@@ -181,7 +183,7 @@ func TestLogStoreExport(t *testing.T) {
 	if code != exitFailure || out != strings.Join(lines[:4], "") || !strings.Contains(stderr, "seq 4") {
 		t.Errorf("log --store of a log without seq 4: exit %d, stderr %q, stdout:\n%s", code, stderr, out)
 	}
-	if code, out, _ := cli("verify", "--store", url, id, "--format", "json"); code != exitFailure || !strings.Contains(out, `"bad_seq": 4`) {
+	if code, out, _ := cli("verify", "--store", url, id, "--format", "json"); code != exitFailure || !strings.Contains(out, `"seq": 4`) {
 		t.Errorf("verify --store of a log without seq 4: exit %d, %q", code, out)
 	}
 }
@@ -301,7 +303,7 @@ func TestStoreGrants(t *testing.T) {
 	}
 	_, adm2 := serveNode(t, "--store", as(auditor))
 	_, err = adm2.CreateAgent(ctx, json.RawMessage(`{"budget": 3, "tools": {"t": {"cost": 1}}}`), "", "")
-	var ce *client.Error
+	var ce *api.Error
 	if !errors.As(err, &ce) || ce.Status != 503 || ce.Code != "unavailable" || !strings.Contains(ce.Message, refused) {
 		t.Errorf("create an agent on serve --store as the auditor: %v; want 503 unavailable, %q", err, refused)
 	}
@@ -380,7 +382,7 @@ func TestServeNodesShareKeys(t *testing.T) {
 	if v, err := on(b, cr.Token).Request(ctx, cr.Agent, lineage.Request{ID: "x", Tool: "t"}); err != nil || v.Seq != 2 {
 		t.Fatalf("node b, agent token made on node a: %+v, %v", v, err)
 	}
-	var ce *client.Error
+	var ce *api.Error
 	if _, err := on(fresh, cr.Token).Request(ctx, cr.Agent, lineage.Request{ID: "y", Tool: "t"}); !errors.As(err, &ce) || ce.Status != 401 {
 		t.Fatalf("node with its own key, agent token made on node a: %v; want 401", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store/file"
 )
@@ -42,8 +43,8 @@ func TestSessionsExpire(t *testing.T) {
 		Runtime:    rt,
 		SessionTTL: time.Hour,
 		Now:        clk.now,
-		Authenticate: func(token string) (Principal, bool) { // the one approver of this test
-			return Principal{Name: "alice", Role: "approver"}, token == "alice-token"
+		Authenticate: func(token string) (api.Principal, bool) { // the one approver of this test
+			return api.Principal{Name: "alice", Role: "approver"}, token == "alice-token"
 		},
 	})
 	ts := httptest.NewServer(in)

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/internal/storeclock"
@@ -260,7 +262,7 @@ func TestNodeClockUnsynced(t *testing.T) {
 	defer cancel()
 	n := skewedCluster(t, []time.Duration{0}, time.Nanosecond, true)[0]
 	_, err := n.admin.CreateAgent(ctx, json.RawMessage(`{"budget": 10}`), "bot", "")
-	var ce *client.Error
+	var ce *api.Error
 	if !errors.As(err, &ce) || ce.Status != http.StatusServiceUnavailable || ce.Code != "clock_unsynced" || !strings.Contains(ce.Message, "round trip") {
 		t.Fatalf("a write on an unsynced node: %v, want 503 clock_unsynced saying why", err)
 	}

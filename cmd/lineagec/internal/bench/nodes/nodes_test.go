@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/anishathalye/porcupine"
 
 	"github.com/lineage-guard/lineage"
@@ -398,7 +400,7 @@ func TestNodeOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := cls[0].Request(ctx, agent, lineage.Request{Tool: "t"}) // no id: not retried
-	var e *client.Error
+	var e *api.Error
 	if !errors.As(err, &e) || e.Status != http.StatusServiceUnavailable || e.Code != "unavailable" {
 		t.Fatalf("request while the database is down: %v, want 503 unavailable", err)
 	}

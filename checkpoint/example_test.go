@@ -33,3 +33,32 @@ func Example() {
 	// lineage/agt_example 5 <nil>
 	// record 3 of 5 included: true
 }
+
+// ExampleVerify is an auditor's later check: the bundle it kept (a signed
+// checkpoint and the record list, lineagec checkpoint's file) against the
+// log as it is now. A log that grew still holds every record the checkpoint
+// signed; a log rewritten below it is named at its first changed record.
+func ExampleVerify() {
+	skey, vkey, _ := checkpoint.GenerateKey("guard")
+	signer, _ := checkpoint.NewSigner(skey)
+	then, _ := buildLog("agt_audit", "read", "pay") // the log when the bundle was kept
+	note, _ := checkpoint.SignRecords(then, signer)
+	kept := checkpoint.Bundle(note, then)
+
+	verifier, _ := checkpoint.NewVerifier(vkey)
+	signed, hashes, _ := checkpoint.Unbundle(kept)
+	c, err := checkpoint.Open(signed, verifier)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	grown, _ := buildLog("agt_audit", "read", "pay", "read")
+	res := checkpoint.Verify(grown, c, hashes)
+	fmt.Println(res.OK, res.Records, "records, the checkpoint's", res.Size)
+	rewritten, _ := buildLog("agt_audit", "read", "read", "read")
+	res = checkpoint.Verify(rewritten, c, hashes)
+	fmt.Println(res.OK, "diverges at seq", *res.Seq)
+	// Output:
+	// true 5 records, the checkpoint's 4
+	// false diverges at seq 3
+}

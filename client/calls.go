@@ -9,7 +9,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/internal/canon"
-	"github.com/lineage-guard/lineage/internal/jsontext"
+	"github.com/lineage-guard/lineage/internal/strictjson"
 	"github.com/lineage-guard/lineage/policy"
 )
 
@@ -18,7 +18,7 @@ import (
 // model reads for a denial.
 
 // DecodeArgs decodes a call's arguments as a request's args with the one
-// strict reader the service uses (internal/jsontext: a duplicate key, invalid
+// strict reader the service uses (internal/strictjson: a duplicate key, invalid
 // Unicode or a number a double does not hold as written is refused, as the
 // service refuses it) and returns their canonical encoding (RFC 8785, the
 // form the action record holds: 1.50 is 1.5). Absent or null arguments are no
@@ -28,7 +28,7 @@ func DecodeArgs(raw json.RawMessage) (map[string]any, []byte, error) {
 	if len(t) == 0 || string(t) == "null" {
 		return nil, []byte("{}"), nil
 	}
-	v, err := jsontext.Decode(t, 0)
+	v, err := strictjson.Decode(t, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("arguments: %w", err)
 	}

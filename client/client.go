@@ -1,5 +1,6 @@
 // Package client is the Go client of the guard service's HTTP API (docs/service.md,
-// package server): typed verdicts, states and errors, retries of the calls
+// package server): typed verdicts, states and errors (the wire's types are
+// package api's), retries of the calls
 // that are safe to repeat, and the caller's context deadlines. The CLI's
 // --server mode and the MCP proxy speak to the service through it; it never
 // opens a store.
@@ -13,6 +14,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+
+	"github.com/lineage-guard/lineage/api"
 
 	"fmt"
 	"io"
@@ -55,56 +58,6 @@ func New(baseURL, token string, hc *http.Client) (*Client, error) {
 		}}
 	}
 	return &Client{base: u, token: token, hc: hc, Retries: 3, MaxRetryAfter: 5 * time.Second}, nil
-}
-
-// Diagnostic is one problem of an invalid policy, as `lineagec check --format json` prints it.
-type Diagnostic struct {
-	Code    string `json:"code"`
-	Pointer string `json:"pointer"`
-	File    string `json:"file,omitempty"`
-	Line    int    `json:"line,omitempty"`
-	Col     int    `json:"col,omitempty"`
-	Message string `json:"message"`
-}
-
-// Error is an error answer of the service. errors.Is matches it against
-// lineage's sentinels by its code: errors.Is(err, lineage.ErrIDConflict).
-type Error struct {
-	Status  int          `json:"-"`
-	Code    string       `json:"code"`
-	Message string       `json:"message"`
-	Errors  []Diagnostic `json:"errors,omitempty"`
-}
-
-func (e *Error) Error() string {
-	if e.Message == "" {
-		return fmt.Sprintf("%s (HTTP %d)", e.Code, e.Status)
-	}
-	return e.Message
-}
-
-// sentinels maps the service's error codes to lineage's errors.
-var sentinels = map[string]error{
-	"bad_request":       lineage.ErrBadRequest,
-	"invalid_policy":    lineage.ErrInvalidPolicy,
-	"unauthorized":      lineage.ErrUnauthorized,
-	"forbidden":         lineage.ErrForbidden,
-	"unknown_agent":     lineage.ErrUnknownAgent,
-	"unknown_request":   lineage.ErrUnknownRequest,
-	"id_conflict":       lineage.ErrIDConflict,
-	"not_pending":       lineage.ErrNotPending,
-	"sealed":            lineage.ErrSealed,
-	"corrupt_log":       lineage.ErrCorrupt,
-	"unavailable":       lineage.ErrUnavailable,
-	"unknown_outcome":   lineage.ErrUnknownOutcome,
-	"too_many_requests": lineage.ErrTooManyRequests,
-	"too_large":         lineage.ErrBadRequest,
-}
-
-// Is reports whether target is the sentinel of e's code.
-func (e *Error) Is(target error) bool {
-	s, ok := sentinels[e.Code]
-	return ok && s == target
 }
 
 // call is one HTTP exchange: body (if not nil) as JSON, the answer decoded
@@ -219,7 +172,7 @@ func seg(s string) string { return url.PathEscape(s) }
 
 func readError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	e := &Error{Status: resp.StatusCode}
+	e := &api.Error{Status: resp.StatusCode}
 	if json.Unmarshal(b, e) != nil || e.Code == "" {
 		e.Code = strings.ToLower(strings.ReplaceAll(http.StatusText(resp.StatusCode), " ", "_"))
 		e.Message = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
@@ -227,35 +180,12 @@ func readError(resp *http.Response) error {
 	return e
 }
 
-// Created is a new agent: its id, its token (shown this once) and its policy digest.
-type Created struct {
-	Agent  string `json:"agent"`
-	Token  string `json:"token"`
-	Digest string `json:"digest"`
-}
-
 // CreateAgent creates an agent under a policy document (JSON). Admin only. Not retried.
-func (c *Client) CreateAgent(ctx context.Context, policy json.RawMessage, name, parent string) (Created, error) {
-	body := map[string]any{"policy": policy}
-	if name != "" {
-		body["name"] = name
-	}
-	if parent != "" {
-		body["parent"] = parent
-	}
-	var out Created
+func (c *Client) CreateAgent(ctx context.Context, policy json.RawMessage, name, parent string) (api.Created, error) {
+	body := api.CreateBody{Policy: policy, Name: name, Parent: parent}
+	var out api.Created
 	err := c.call(ctx, "POST", "/v1/agents", nil, body, &out, http.StatusCreated, false)
 	return out, err
-}
-
-// Agent is one row of Agents.
-type Agent struct {
-	Agent  string `json:"agent"`
-	Name   string `json:"name"`
-	Status string `json:"status"`
-	Digest string `json:"digest"`
-	Seq    uint64 `json:"seq"`
-	Error  string `json:"error,omitempty"`
 }
 
 // Page asks for one page of a list (docs/service.md): at most Limit rows
@@ -283,10 +213,10 @@ func (p Page) query() url.Values {
 
 // AgentsPage returns one page of agents and the cursor of the next ("" after
 // the last).
-func (c *Client) AgentsPage(ctx context.Context, p Page) ([]Agent, string, error) {
+func (c *Client) AgentsPage(ctx context.Context, p Page) ([]api.Agent, string, error) {
 	var out struct {
-		Agents []Agent `json:"agents"`
-		Next   *string `json:"next_cursor"`
+		Agents []api.Agent `json:"agents"`
+		Next   *string     `json:"next_cursor"`
 	}
 	err := c.call(ctx, "GET", "/v1/agents", p.query(), nil, &out, http.StatusOK, true)
 	if err != nil || out.Next == nil {
@@ -296,7 +226,7 @@ func (c *Client) AgentsPage(ctx context.Context, p Page) ([]Agent, string, error
 }
 
 // Agents lists every agent, reading every page.
-func (c *Client) Agents(ctx context.Context) ([]Agent, error) {
+func (c *Client) Agents(ctx context.Context) ([]api.Agent, error) {
 	return allPages(ctx, c.AgentsPage, "")
 }
 
@@ -320,16 +250,9 @@ func allPages[T any](ctx context.Context, page func(context.Context, Page) ([]T,
 	}
 }
 
-// Principal is who a token stands for.
-type Principal struct {
-	Name  string `json:"name"`
-	Role  string `json:"role"`
-	Agent string `json:"agent,omitempty"`
-}
-
 // WhoAmI returns the caller's principal.
-func (c *Client) WhoAmI(ctx context.Context) (Principal, error) {
-	var out Principal
+func (c *Client) WhoAmI(ctx context.Context) (api.Principal, error) {
+	var out api.Principal
 	err := c.call(ctx, "GET", "/v1/whoami", nil, nil, &out, http.StatusOK, true)
 	return out, err
 }
@@ -343,10 +266,7 @@ func (c *Client) State(ctx context.Context, agent string) (lineage.State, error)
 
 // Policy returns an agent's normalized policy and its digest.
 func (c *Client) Policy(ctx context.Context, agent string) (digest string, policy json.RawMessage, err error) {
-	var out struct {
-		Digest string          `json:"digest"`
-		Policy json.RawMessage `json:"policy"`
-	}
+	var out api.PolicyAnswer
 	err = c.call(ctx, "GET", "/v1/agents/"+seg(agent)+"/policy", nil, nil, &out, http.StatusOK, true)
 	return out.Digest, out.Policy, err
 }
@@ -365,10 +285,7 @@ func (c *Client) Request(ctx context.Context, agent string, req lineage.Request)
 	if req.ID == "" {
 		req.ID = NewRequestID()
 	}
-	body := map[string]any{"tool": req.Tool, "id": req.ID}
-	if req.Args != nil {
-		body["args"] = req.Args
-	}
+	body := api.RequestBody{ID: req.ID, Tool: req.Tool, Args: req.Args}
 	var out lineage.Verdict
 	err := c.call(ctx, "POST", "/v1/agents/"+seg(agent)+"/requests", nil, body, &out, http.StatusOK, true)
 	return out, err
@@ -412,22 +329,22 @@ func noteBody(note string) any {
 	if note == "" {
 		return nil
 	}
-	return map[string]string{"note": note}
+	return api.NoteBody{Note: note}
 }
 
 // notPendingToo makes the unknown_request of an approval or a rejection
 // match lineage.ErrNotPending as well, as the runtime's error does (D303
 // (approving a request never made)).
 func notPendingToo(err error) error {
-	var ce *Error
-	if errors.As(err, &ce) && ce.Code == "unknown_request" {
+	var ce *api.Error
+	if errors.As(err, &ce) && ce.Code == api.CodeUnknownRequest {
 		return unknownRequest{ce}
 	}
 	return err
 }
 
 // unknownRequest is an unknown_request answer to an approval or a rejection.
-type unknownRequest struct{ e *Error }
+type unknownRequest struct{ e *api.Error }
 
 func (u unknownRequest) Error() string        { return u.e.Error() }
 func (u unknownRequest) Unwrap() error        { return u.e }
@@ -451,7 +368,7 @@ func (c *Client) RejectWithNote(ctx context.Context, agent, id, note string) (li
 func (c *Client) Terminate(ctx context.Context, agent, reason string) (lineage.State, error) {
 	var body any
 	if reason != "" {
-		body = map[string]string{"reason": reason}
+		body = api.TerminateBody{Reason: reason}
 	}
 	var out lineage.State
 	err := c.call(ctx, "POST", "/v1/agents/"+seg(agent)+"/terminate", nil, body, &out, http.StatusOK, false)
@@ -476,39 +393,19 @@ func (c *Client) Log(ctx context.Context, agent string, from uint64) ([]byte, er
 	return io.ReadAll(resp.Body)
 }
 
-// VerifyResult is the outcome of verifying a log.
-type VerifyResult struct {
-	OK      bool    `json:"ok"`
-	Records int     `json:"records"`
-	Head    string  `json:"head"`
-	Seq     *uint64 `json:"seq"`
-	Message string  `json:"message"`
-}
-
 // Verify recomputes an agent's chain on the server.
-func (c *Client) Verify(ctx context.Context, agent string) (VerifyResult, error) {
-	var out VerifyResult
+func (c *Client) Verify(ctx context.Context, agent string) (api.VerifyResult, error) {
+	var out api.VerifyResult
 	err := c.call(ctx, "GET", "/v1/agents/"+seg(agent)+"/verify", nil, nil, &out, http.StatusOK, true)
 	return out, err
 }
 
-// Pending is a request awaiting a decision.
-type Pending struct {
-	Agent     string         `json:"agent"`
-	Name      string         `json:"name"`
-	RequestID string         `json:"request_id"`
-	Tool      string         `json:"tool"`
-	Args      map[string]any `json:"args"`
-	At        lineage.Time   `json:"at"`
-	Cost      int64          `json:"cost"`
-}
-
 // PendingPage returns one page of pending requests and the cursor of the
 // next ("" after the last).
-func (c *Client) PendingPage(ctx context.Context, p Page) ([]Pending, string, error) {
+func (c *Client) PendingPage(ctx context.Context, p Page) ([]api.Pending, string, error) {
 	var out struct {
-		Pending []Pending `json:"pending"`
-		Next    *string   `json:"next_cursor"`
+		Pending []api.Pending `json:"pending"`
+		Next    *string       `json:"next_cursor"`
 	}
 	p.Status = ""
 	err := c.call(ctx, "GET", "/v1/pending", p.query(), nil, &out, http.StatusOK, true)
@@ -519,7 +416,7 @@ func (c *Client) PendingPage(ctx context.Context, p Page) ([]Pending, string, er
 }
 
 // Pending lists every pending request, reading every page.
-func (c *Client) Pending(ctx context.Context) ([]Pending, error) {
+func (c *Client) Pending(ctx context.Context) ([]api.Pending, error) {
 	return allPages(ctx, c.PendingPage, "")
 }
 
@@ -528,15 +425,9 @@ func (c *Client) Health(ctx context.Context) error {
 	return c.call(ctx, "GET", "/health", nil, nil, nil, http.StatusOK, false)
 }
 
-// Event is one server-sent event: Type is pending, decided or terminated.
-type Event struct {
-	Type string
-	Data json.RawMessage
-}
-
 // Events streams the server's events to fn until ctx ends, the server ends
 // the stream, or fn returns an error (which Events returns).
-func (c *Client) Events(ctx context.Context, fn func(Event) error) error {
+func (c *Client) Events(ctx context.Context, fn func(api.Event) error) error {
 	resp, err := c.do(ctx, "GET", "/v1/events", nil, nil, false)
 	if err != nil {
 		return err
@@ -547,7 +438,7 @@ func (c *Client) Events(ctx context.Context, fn func(Event) error) error {
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 2<<20)
-	var ev Event
+	var ev api.Event
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
@@ -557,7 +448,7 @@ func (c *Client) Events(ctx context.Context, fn func(Event) error) error {
 					return err
 				}
 			}
-			ev = Event{}
+			ev = api.Event{}
 		case strings.HasPrefix(line, "event: "):
 			ev.Type = strings.TrimPrefix(line, "event: ")
 		case strings.HasPrefix(line, "data: "):

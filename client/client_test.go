@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/internal/servertest"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store/memory"
+	"github.com/lineage-guard/lineage/server/servertest"
 )
 
 var bg = context.Background()
@@ -34,7 +36,7 @@ func TestErrorsAcrossTheWire(t *testing.T) {
 	u, tok, _ := serve(t, nil)
 	admin, _ := client.New(u, tok, nil)
 	_, err := admin.CreateAgent(bg, json.RawMessage(`{"budget": 1, "tools": {}, "scar_limt": 2}`), "", "")
-	var ce *client.Error
+	var ce *api.Error
 	if !errors.Is(err, lineage.ErrInvalidPolicy) || !errors.As(err, &ce) || len(ce.Errors) != 1 || ce.Errors[0].Pointer != "/scar_limt" || ce.Status != 400 {
 		t.Errorf("invalid policy: %#v", err)
 	}
@@ -145,7 +147,7 @@ func TestRetries(t *testing.T) {
 	// Reads are retried; more failures than retries surface as unavailable.
 	failing.Store(10)
 	admin.Retries = 2
-	if _, err := admin.State(bg, c.Agent); !errors.Is(err, lineage.ErrUnavailable) {
+	if _, err := admin.State(bg, c.Agent); !errors.Is(err, lineage.ErrServiceUnavailable) {
 		t.Errorf("state after the retries: %v", err)
 	}
 	if left := failing.Load(); left != 7 {

@@ -179,14 +179,11 @@ func extensionsParsed(exts []*extension, diags diag.List) bool {
 }
 
 // modulesOf lists a compiled policy's modules: library, generated policy, extensions.
-func modulesOf(n policy.Policy, digest string, exts []*extension) []policy.Module {
-	var mods []policy.Module
-	for _, m := range lineagerego.Library() {
-		mods = append(mods, policy.Module{Name: m.Name, Source: m.Source})
-	}
-	mods = append(mods, policy.Module{Name: PolicyModule, Source: generate(n, digest, exts)})
+func modulesOf(n policy.Policy, digest string, exts []*extension) []lineagerego.Module {
+	mods := lineagerego.Library()
+	mods = append(mods, lineagerego.Module{Name: PolicyModule, Source: generate(n, digest, exts)})
 	for i, e := range exts {
-		mods = append(mods, policy.Module{Name: fmt.Sprintf("ext/%d.rego", i), Source: e.source})
+		mods = append(mods, lineagerego.Module{Name: fmt.Sprintf("ext/%d.rego", i), Source: e.source})
 	}
 	return mods
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/format"
 
-	"github.com/lineage-guard/lineage/internal/testpolicy"
+	"github.com/lineage-guard/lineage/policy/policytest"
 	lineagerego "github.com/lineage-guard/lineage/rego"
 )
 
@@ -41,7 +41,7 @@ func TestGeneratedIsFormatted(t *testing.T) {
 			check(fmt.Sprintf("%s (chain up to %d tools)", file, max), c.Modules[len(lineagerego.Library())].Source)
 		}
 	}
-	c, err := Compile("many.yaml", testpolicy.ManyTools(chainTools+1))
+	c, err := Compile("many.yaml", policytest.ManyTools(chainTools+1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/compiler/analyze"
 	"github.com/lineage-guard/lineage/policy"
+	"github.com/lineage-guard/lineage/policy/policytest"
 	"github.com/lineage-guard/lineage/runtime"
 )
 
@@ -35,7 +36,7 @@ func TestAnalyzeBounds(t *testing.T) {
 	total, tight := 0, 0
 	for ps := uint64(1); ps <= uint64(policies); ps++ {
 		r := rand.New(rand.NewPCG(ps, 0xb0d5))
-		p := randomPolicy(r)
+		p := policytest.Random(r)
 		side := newDiffSide(t, p)
 		rep := analyze.Analyze(side.c.Policy)
 		fail := func(format string, args ...any) {
@@ -333,7 +334,7 @@ func TestScratchRestore(t *testing.T) {
 	compared := 0
 	for ps := uint64(1); ps <= uint64(policies); ps++ {
 		r := rand.New(rand.NewPCG(ps, 0x5c4a7c))
-		side := newDiffSide(t, randomPolicy(r))
+		side := newDiffSide(t, policytest.Random(r))
 		for s := 0; s < sequences; s++ {
 			sr := rand.New(rand.NewPCG(ps, uint64(s)))
 			agent, err := side.rt.CreateAgent(ctx, side.c, runtime.CreateOptions{At: Genesis})
@@ -359,7 +360,7 @@ func TestScratchRestore(t *testing.T) {
 			if err := json.Unmarshal(raw, &printed); err != nil {
 				t.Fatal(err)
 			}
-			for _, tool := range append([]string{"never_listed"}, toolPool...) {
+			for _, tool := range append([]string{"never_listed"}, policytest.Tools...) {
 				at := last.Add(time.Duration(sr.IntN(3000)) * time.Millisecond)
 				scratch, err := side.rt.NewScratch(ctx, side.c, "agt_scratch", runtime.ScratchOptions{CreateOptions: runtime.CreateOptions{At: Genesis}})
 				if err != nil {

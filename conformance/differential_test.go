@@ -16,6 +16,7 @@ import (
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/conformance/model"
 	"github.com/lineage-guard/lineage/policy"
+	"github.com/lineage-guard/lineage/policy/policytest"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
@@ -30,80 +31,6 @@ var (
 	diffSeed      = flag.Uint64("diff.seed", 0, "replay one failing seed (policy seed; see the failure message)")
 	diffSequence  = flag.Int("diff.sequence", -1, "with -diff.seed: replay only this sequence")
 )
-
-var toolPool = []string{"read", "pay", "wire", "llm_turn", "deploy", "email", "run_shell", "fs.write"}
-
-var celPool = []string{
-	"args.amount <= %d",
-	"has(args.amount) && args.amount < %d",
-	"state.spent < %d",
-	"state.remaining >= %d",
-	"size(tool) > %d",
-	"now.getSeconds() >= %d",
-	"state.scar_score < %d",
-	"!has(args.to) || args.to != 'evil%d'",
-}
-
-var severities = []string{"", "none", "minor", "moderate", "severe"}
-
-// schemaPool are small argument schemas (docs/policy.md#argument-schemas), %d a
-// small number; randomOps's args match them some of the time.
-var schemaPool = []string{
-	`{"type":"object","properties":{"amount":{"type":"integer","maximum":%d}},"required":["amount"]}`,
-	`{"type":"object","properties":{"amount":{"type":"number"},"to":{"type":"string"}},"additionalProperties":false,"minProperties":%d}`,
-	`{"type":"object","properties":{"amount":{"type":"number","minimum":%d,"multipleOf":0.5}}}`,
-	`{"type":"object","properties":{"to":{"enum":["evil%d","evil9"]}},"required":["to"]}`,
-	`{"$defs":{"n":{"type":"integer","exclusiveMinimum":%d}},"type":"object","properties":{"amount":{"$ref":"#/$defs/n"}}}`,
-	`{"type":"object","properties":{"to":{"type":"string","pattern":"%d$"}},"maxProperties":1}`,
-	`{"type":"object","anyOf":[{"required":["to"]},{"properties":{"amount":{"exclusiveMaximum":%d}}}]}`,
-	`{"type":"object","not":{"required":["amount","to"]},"propertyNames":{"maxLength":%d}}`,
-	`{"type":"object","if":{"required":["to"]},"then":{"properties":{"amount":{"const":%d}}},"else":{"properties":{"amount":{"type":["integer","null"]}}}}`,
-	`{"type":"object","properties":{"to":{"type":"array","items":{"type":"string"},"maxItems":%d,"uniqueItems":true}}}`,
-}
-
-func randomRule(r *rand.Rand) policy.ToolRule {
-	rule := policy.Cost(int64(r.IntN(4)))
-	if r.IntN(3) == 0 {
-		rule = rule.WithMaxCalls(int64(1 + r.IntN(3)))
-	}
-	if r.IntN(4) == 0 {
-		rule = rule.WithApproval()
-	}
-	if r.IntN(3) == 0 {
-		rule = rule.WithArgsSchema(fmt.Sprintf(schemaPool[r.IntN(len(schemaPool))], r.IntN(8)))
-	}
-	for n := r.IntN(4) - 1; n > 0; n-- {
-		rule = rule.WithConstraint(fmt.Sprintf(celPool[r.IntN(len(celPool))], r.IntN(8)),
-			fmt.Sprintf("c%d", r.IntN(3)), severities[r.IntN(len(severities))])
-	}
-	return rule
-}
-
-func randomPolicy(r *rand.Rand) policy.Policy {
-	b := policy.New(int64(r.IntN(12)))
-	for _, t := range toolPool[:2+r.IntN(4)] {
-		if r.IntN(5) > 0 {
-			b.Allow(t, randomRule(r))
-		}
-	}
-	if r.IntN(4) == 0 {
-		b.DefaultRule(randomRule(r))
-	}
-	if r.IntN(2) == 0 {
-		b.RateLimit(int64(1+r.IntN(4)), int64(1+r.IntN(5)))
-	}
-	if r.IntN(2) == 0 {
-		b.ScarLimit(int64(1 + r.IntN(15)))
-	}
-	if r.IntN(3) == 0 {
-		b.ScarWeights(int64(1+r.IntN(3)), int64(1+r.IntN(5)), int64(1+r.IntN(10)))
-	}
-	if r.IntN(2) == 0 {
-		// Small limits, so that sequences meet them (the default, 10, they rarely do).
-		b.MaxPending(int64(1 + r.IntN(3)))
-	}
-	return b.Policy()
-}
 
 // op is one step of a sequence, applied to both sides.
 type op struct {
@@ -145,7 +72,7 @@ func randomOps(r *rand.Rand, n int) []op {
 		switch x := r.IntN(100); {
 		case x < 70:
 			o.kind = "request"
-			o.req.Tool = toolPool[r.IntN(len(toolPool))]
+			o.req.Tool = policytest.Tools[r.IntN(len(policytest.Tools))]
 			if r.IntN(10) == 0 {
 				o.req.Tool = "bad tool!"
 			}
@@ -320,7 +247,7 @@ func TestDifferential(t *testing.T) {
 	total := 0
 	for ps := first; ps < first+uint64(policies); ps++ {
 		r := rand.New(rand.NewPCG(ps, 0x11ea9e))
-		p := randomPolicy(r)
+		p := policytest.Random(r)
 		side := newDiffSide(t, p)
 		for s := 0; s < sequences; s++ {
 			if *diffSequence >= 0 && s != *diffSequence {
@@ -350,7 +277,7 @@ func FuzzDifferential(f *testing.F) {
 	ctx := context.Background()
 	f.Fuzz(func(t *testing.T, policySeed, seqSeed uint64) {
 		r := rand.New(rand.NewPCG(policySeed, 0x11ea9e))
-		side := newDiffSide(t, randomPolicy(r))
+		side := newDiffSide(t, policytest.Random(r))
 		sr := rand.New(rand.NewPCG(policySeed, seqSeed))
 		if err := runSequence(ctx, side, randomOps(sr, 5+sr.IntN(40))); err != nil {
 			t.Fatalf("policy seed %d, sequence seed %d: %v", policySeed, seqSeed, err)

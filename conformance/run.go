@@ -82,7 +82,6 @@ func (c *Case) run(ctx context.Context, cov *coverageSink) []string {
 		return []string{"the case asserts nothing: give a step an expect, or add expect_state"}
 	}
 	opts := runtime.Options{
-		Compile:    func(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) },
 		Clock:      func() time.Time { return Genesis },
 		NewAgentID: func() string { return "agt_conformance" },
 	}

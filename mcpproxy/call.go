@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -219,7 +221,7 @@ func (p *Proxy) guardError(ctx context.Context, name string, err error) (mcp.Res
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	var ce *client.Error
+	var ce *api.Error
 	if errors.As(err, &ce) && errors.Is(err, lineage.ErrTooManyRequests) {
 		// A refusal the model can act on, never a forward (D264 (a 429 is "slow down")).
 		return refusal(ReasonTooManyRequests, fmt.Sprintf(

@@ -19,8 +19,8 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/internal/servertest"
 	"github.com/lineage-guard/lineage/mcpproxy"
+	"github.com/lineage-guard/lineage/server/servertest"
 )
 
 // TestMain makes the test binary an MCP server of the tests' own when

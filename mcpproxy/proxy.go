@@ -25,7 +25,7 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/internal/gogc"
-	"github.com/lineage-guard/lineage/internal/jsontext"
+	"github.com/lineage-guard/lineage/internal/strictjson"
 )
 
 // Version is the proxy's implementation version in MCP handshakes.
@@ -122,7 +122,7 @@ func parseRules(digest string, doc json.RawMessage) (rules, error) {
 	}
 	// Exact member names (D376, the proxy's state file and a log's records
 	// read strictly): the service's policy as the compiler reads it.
-	if err := jsontext.UnmarshalOpen(doc, &p, 0); err != nil {
+	if err := strictjson.UnmarshalOpen(doc, &p, 0); err != nil {
 		return rules{}, fmt.Errorf("mcpproxy: the agent's policy: %w", err)
 	}
 	r := rules{tools: map[string]string{}, digest: digest}

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lineage-guard/lineage/internal/servertest"
 	"github.com/lineage-guard/lineage/mcpproxy"
 	"github.com/lineage-guard/lineage/server"
+	"github.com/lineage-guard/lineage/server/servertest"
 )
 
 // TestTooManyRequestsIsSlowDown: a call the service refuses 429 (the agent's

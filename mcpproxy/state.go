@@ -13,7 +13,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/lockedfile"
 
-	"github.com/lineage-guard/lineage/internal/jsontext"
+	"github.com/lineage-guard/lineage/internal/strictjson"
 )
 
 // openCalls is the proxy's only durable state (decision D112): for one
@@ -85,7 +85,7 @@ func (o *openCalls) read() (map[string]string, fs.FileInfo, time.Time, error) {
 		return nil, nil, seen, fmt.Errorf("mcpproxy: reading %s: %w", o.path, err)
 	}
 	m := map[string]string{}
-	if err := jsontext.Unmarshal(b, &m, 0); err != nil {
+	if err := strictjson.Unmarshal(b, &m, 0); err != nil {
 		return nil, nil, seen, fmt.Errorf("mcpproxy: %s is not a JSON object of call keys to request ids: %w", o.path, err)
 	}
 	return m, fi, seen, nil

@@ -11,6 +11,8 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
+
+	lineagerego "github.com/lineage-guard/lineage/rego"
 )
 
 // Policy is a policy document. Pointer fields distinguish "absent" (take the
@@ -84,12 +86,6 @@ const (
 	DefaultMaxPending = 10
 )
 
-// Module is one Rego module of a compiled policy.
-type Module struct {
-	Name   string // file name, e.g. "policy.rego"
-	Source string
-}
-
 // Compiled is a validated, normalized policy ready to run: the unit the compiler
 // produces and the runtime consumes.
 type Compiled struct {
@@ -100,7 +96,7 @@ type Compiled struct {
 	// Policy is the normalized policy: every default filled, extensions inlined.
 	Policy Policy
 	// Modules are the Rego modules: base library, generated policy, extensions.
-	Modules []Module
+	Modules []lineagerego.Module
 	// Query is the Rego query that yields the verdict of a request or an approval.
 	Query string
 	// RejectQuery is the Rego query that yields the verdict of a rejection.

@@ -16,9 +16,11 @@ import (
 //go:embed *.rego
 var files embed.FS
 
-// Module is one embedded library module.
+// Module is one Rego module: a file of this library, or one of a compiled
+// policy's (policy.Compiled.Modules: the library, the generated policy, its
+// extensions).
 type Module struct {
-	Name   string
+	Name   string // file name, e.g. "lineage/guard.rego" or "policy.rego"
 	Source string
 }
 

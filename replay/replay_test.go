@@ -14,6 +14,7 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/policy"
+	"github.com/lineage-guard/lineage/policy/policytest"
 	"github.com/lineage-guard/lineage/replay"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store/memory"
@@ -23,52 +24,11 @@ import (
 
 var genesis = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 
-// The generator of random policies and acts lives in conformance's
-// differential test (package conformance, a _test file), which another
-// package cannot call; this one is smaller and aims at what replay must get
-// right: assigned and caller ids, approvals of ids that may not be pending,
-// kills, terminations by budget and scars, rate windows at exact edges.
-var tools = []string{"read", "pay", "wire", "deploy", "run_shell"}
-
-func randomRule(r *rand.Rand) policy.ToolRule {
-	rule := policy.Cost(int64(r.IntN(4)))
-	if r.IntN(3) == 0 {
-		rule = rule.WithMaxCalls(int64(1 + r.IntN(3)))
-	}
-	if r.IntN(3) == 0 {
-		rule = rule.WithApproval()
-	}
-	if r.IntN(3) == 0 {
-		rule = rule.WithConstraint(fmt.Sprintf("has(args.amount) && args.amount < %d", r.IntN(8)), "too_much",
-			[]string{"none", "minor", "moderate", "severe"}[r.IntN(4)])
-	}
-	if r.IntN(4) == 0 {
-		rule = rule.WithConstraint(fmt.Sprintf("state.spent < %d", r.IntN(6)), "spent", "minor")
-	}
-	return rule
-}
-
-func randomPolicy(r *rand.Rand) policy.Policy {
-	b := policy.New(int64(r.IntN(12)))
-	for _, t := range tools[:2+r.IntN(3)] {
-		if r.IntN(5) > 0 {
-			b.Allow(t, randomRule(r))
-		}
-	}
-	if r.IntN(4) == 0 {
-		b.DefaultRule(randomRule(r))
-	}
-	if r.IntN(2) == 0 {
-		b.RateLimit(int64(1+r.IntN(3)), int64(1+r.IntN(4)))
-	}
-	if r.IntN(2) == 0 {
-		b.ScarLimit(int64(1 + r.IntN(12)))
-	}
-	return b.Policy()
-}
-
 // randomLog drives a runtime with random acts (the errors among them are
-// not recorded, as in production) and returns the log.
+// not recorded, as in production) and returns the log. The policies are
+// policytest.Random's; the acts aim at what replay must get right: assigned
+// and caller ids, approvals of ids that may not be pending, kills,
+// terminations by budget and scars, rate windows at exact edges.
 func randomLog(t testing.TB, r *rand.Rand, rt *runtime.Runtime, c *policy.Compiled, n int) []lineage.Record {
 	t.Helper()
 	ctx := context.Background()
@@ -86,7 +46,7 @@ func randomLog(t testing.TB, r *rand.Rand, rt *runtime.Runtime, c *policy.Compil
 		}
 		switch x := r.IntN(100); {
 		case x < 60:
-			req := lineage.Request{Tool: tools[r.IntN(len(tools))], At: now}
+			req := lineage.Request{Tool: policytest.Tools[r.IntN(len(policytest.Tools))], At: now}
 			if r.IntN(2) == 0 {
 				req.ID = fmt.Sprintf("c%d", i)
 			}
@@ -131,7 +91,7 @@ func TestReplayUnderItsOwnPolicyReproducesTheLog(t *testing.T) {
 	kinds := map[lineage.Kind]int{}
 	for seed := uint64(0); seed < uint64(policies); seed++ {
 		r := rand.New(rand.NewPCG(seed, 14))
-		c, err := compiler.CompilePolicy(randomPolicy(r))
+		c, err := compiler.CompilePolicy(policytest.Random(r))
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
@@ -516,7 +476,7 @@ func BenchmarkReplayOPAFloor(b *testing.B) {
 func TestRunAllIsRunOnEachLog(t *testing.T) {
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(7, 14))
-	c, err := compiler.CompilePolicy(randomPolicy(r))
+	c, err := compiler.CompilePolicy(policytest.Random(r))
 	if err != nil {
 		t.Fatal(err)
 	}

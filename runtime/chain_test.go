@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/lineage-guard/lineage"
@@ -554,4 +555,66 @@ func TestShortLogs(t *testing.T) {
 			t.Errorf("log of %d bytes was changed", cut)
 		}
 	}
+}
+
+// TestVerifyAgreesWithOpen: a log whose policy record was edited and
+// rehashed (its digest no longer that of its document), and a log whose
+// policy does not compile, fail verify and open alike, at seq 1 (docs/log.md, D53 (verify runs what open runs)).
+func TestVerifyAgreesWithOpen(t *testing.T) {
+	const agent = "agt_verify"
+	good := []byte(`{"budget":5,"default_rule":null,"rate_limit":null,"rego":[],"scar_limit":10,"scar_weights":{"minor":1,"moderate":3,"severe":10},"tools":{"pay":{"cost":1,"requires_approval":false,"when":[]}}}`)
+	c, err := compileDoc(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := []byte(strings.Replace(string(c.Document), `"budget":5`, `"budget":500`, 1))
+	broken := []byte(strings.Replace(string(c.Document), `"cost":1`, `"cost":-1`, 1))
+	for name, doc := range map[string]struct {
+		doc    []byte
+		digest string
+		reason string
+	}{
+		"edited policy, digest kept":   {edited, c.Digest, "hashes to"},
+		"policy that does not compile": {broken, hashOf(broken), "does not compile"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g, gh := sealLine(t, 0, t0, lineage.KindGenesis, "", lineage.GenesisBody{Agent: agent})
+			p, ph := sealLine(t, 1, t0, lineage.KindPolicy, gh, map[string]any{"digest": doc.digest, "policy": json.RawMessage(doc.doc)})
+			a, _ := sealLine(t, 2, sec(1), lineage.KindAction, ph, map[string]any{
+				"request": map[string]any{"id": "req_2", "tool": "pay", "args": map[string]any{}},
+				"verdict": lineage.Verdict{Decision: lineage.Allow, Reason: "ok", Cost: 1, RequestID: "req_2", Seq: 2}})
+			st := rawStore(t, agent, [][]byte{g, p, a})
+			verr := runtime.Open(st, reopenOpts()).Verify(agent)
+			_, oerr := runtime.Open(st, reopenOpts()).State(bg, agent)
+			for what, err := range map[string]error{"verify": verr, "open": oerr} {
+				var ce *runtime.ChainError
+				if !errors.As(err, &ce) || ce.Seq != 1 || !strings.Contains(ce.Reason, doc.reason) {
+					t.Errorf("%s: %v; want damage at seq 1 saying %q", what, err, doc.reason)
+				}
+			}
+			if verr == nil || oerr == nil || !strings.Contains(oerr.Error(), verr.Error()) {
+				t.Errorf("verify and open disagree:\nverify %v\nopen   %v", verr, oerr)
+			}
+		})
+	}
+	// Without a compiler (the CLI's verify of a file) the edited digest still fails.
+	g, gh := sealLine(t, 0, t0, lineage.KindGenesis, "", lineage.GenesisBody{Agent: agent})
+	p, _ := sealLine(t, 1, t0, lineage.KindPolicy, gh, map[string]any{"digest": c.Digest, "policy": json.RawMessage(edited)})
+	_, err = runtime.VerifyLines(func(fn func(uint64, []byte) error) error {
+		for i, l := range [][]byte{g, p} {
+			if err := fn(uint64(i), l); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	var ce *runtime.ChainError
+	if !errors.As(err, &ce) || ce.Seq != 1 {
+		t.Errorf("VerifyLines of an edited policy: %v; want damage at seq 1", err)
+	}
+}
+
+func hashOf(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -6,12 +6,12 @@ import (
 	"time"
 
 	"github.com/lineage-guard/lineage"
-	"github.com/lineage-guard/lineage/internal/jsontext"
+	"github.com/lineage-guard/lineage/internal/strictjson"
 )
 
 // Request JSON text (the CLI's --args, the conformance runner's args_json)
 // becomes values through DecodeJSON, which is the project's one strict reader
-// (internal/jsontext), as the service's bodies are.
+// (internal/strictjson), as the service's bodies are.
 
 // maxDecodeDepth bounds the nesting DecodeJSON builds; checkRequest refuses
 // args deeper than MaxArgsDepth anyway.
@@ -29,9 +29,9 @@ func decodeJSON(data []byte, what string) (any, error) {
 	if len(data) > MaxRequestBytes {
 		return nil, badRequest("%s %d bytes, over the limit of %d", what, len(data), MaxRequestBytes)
 	}
-	v, err := jsontext.Decode(data, maxDecodeDepth)
+	v, err := strictjson.Decode(data, maxDecodeDepth)
 	if err != nil {
-		var je *jsontext.Error
+		var je *strictjson.Error
 		if errors.As(err, &je) {
 			if strings.HasPrefix(je.Message, "not JSON") {
 				return nil, badRequest("%s %s at %s", what, je.Message, pointerOrRoot(je.Pointer))

@@ -7,7 +7,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/internal/testpolicy"
+	"github.com/lineage-guard/lineage/policy/policytest"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
@@ -17,7 +17,7 @@ import (
 // as the policy says (run with -race: the compilation is shared, read only).
 // The policy is large enough to be a table (D60).
 func TestSharedCompilation(t *testing.T) {
-	c, err := compiler.Compile("many.yaml", testpolicy.ManyTools(100))
+	c, err := compiler.Compile("many.yaml", policytest.ManyTools(100))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/lineage-guard/lineage"
-	"github.com/lineage-guard/lineage/internal/jsontext"
+	"github.com/lineage-guard/lineage/internal/strictjson"
 )
 
 // folded is an agent's state as the fold keeps it (docs/decision-order.md#folded-state), plus what the
@@ -152,7 +152,7 @@ func (f *folded) fold(rec lineage.Record, body any, canonArgs []byte) error {
 		}
 		// The policy as recorded, its members matched exactly (a rehashed
 		// "Budget" is not the budget), D372 (records' policies read strictly).
-		if err := jsontext.UnmarshalOpen(b.Policy, &p, 0); err != nil {
+		if err := strictjson.UnmarshalOpen(b.Policy, &p, 0); err != nil {
 			return fmt.Errorf("policy record: %w", err)
 		}
 		f.digest, f.policyDoc, f.budget = b.Digest, b.Policy, p.Budget
@@ -302,7 +302,7 @@ func decodeBody(rec lineage.Record) (body any, canonArgs []byte, err error) {
 // one strict reader: member names exactly, no unknown or duplicate member,
 // numbers as json.Number.
 func strictDecode(b []byte, into any) error {
-	return jsontext.Unmarshal(b, into, 0)
+	return strictjson.Unmarshal(b, into, 0)
 }
 
 // State returns the docs/decision-order.md#folded-state view of the fold (a copy).

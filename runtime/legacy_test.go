@@ -42,6 +42,11 @@ func TestLegacyPolicyKeepsNoPendingLimit(t *testing.T) {
 	if err := rt.Verify(legacyAgent); err != nil {
 		t.Fatalf("Verify: %v", err)
 	}
+	// A runtime given no Compile reopens it with compiler.CompileRecorded
+	// (D405 (a nil Compile is the compiler's)); compiler.Compile would not.
+	if err := runtime.Open(st, runtime.Options{}).Verify(legacyAgent); err != nil {
+		t.Fatalf("Verify with the default Compile: %v", err)
+	}
 	s := mustState(t, rt, legacyAgent)
 	if s.Head != legacyHead || len(s.Pending) != 13 || s.ScarScore != 0 {
 		t.Fatalf("state: head %s, %d pending, scar %d; want %s, 13, 0", s.Head, len(s.Pending), s.ScarScore, legacyHead)

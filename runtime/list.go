@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"context"
 	"encoding/json"
 	"time"
 
@@ -61,53 +60,6 @@ func (r *Runtime) ListPending(q ListQuery) ([]PendingRow, string, error) {
 		out = append(out, row)
 	}
 	return out, next, nil
-}
-
-// AllPending calls fn with every pending request of every agent, a page of
-// store.MaxListLimit at a time (for the CLI and the inbox's whole list).
-func (r *Runtime) AllPending(ctx context.Context, fn func(PendingRow) error) error {
-	cursor := ""
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		rows, next, err := r.ListPending(ListQuery{Cursor: cursor, Limit: store.MaxListLimit})
-		if err != nil {
-			return err
-		}
-		for _, p := range rows {
-			if err := fn(p); err != nil {
-				return err
-			}
-		}
-		if next == "" {
-			return nil
-		}
-		cursor = next
-	}
-}
-
-// AllAgents calls fn with every agent of status ("" any), a page at a time.
-func (r *Runtime) AllAgents(ctx context.Context, status string, fn func(AgentRow) error) error {
-	cursor := ""
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		rows, next, err := r.ListAgents(ListQuery{Cursor: cursor, Limit: store.MaxListLimit, Status: status})
-		if err != nil {
-			return err
-		}
-		for _, a := range rows {
-			if err := fn(a); err != nil {
-				return err
-			}
-		}
-		if next == "" {
-			return nil
-		}
-		cursor = next
-	}
 }
 
 // listing returns st's store.Lister; for a store that keeps no index (a

@@ -14,7 +14,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/internal/canon"
-	"github.com/lineage-guard/lineage/internal/jsontext"
+	"github.com/lineage-guard/lineage/internal/strictjson"
 	"github.com/lineage-guard/lineage/policy"
 )
 
@@ -301,7 +301,7 @@ func (e *ChainError) Is(target error) bool { return target == lineage.ErrCorrupt
 func openRecord(line []byte, seq uint64, prev string) (lineage.Record, error) {
 	var rec lineage.Record
 	// The one strict reader: member names exactly, no unknown or duplicate one.
-	if err := jsontext.Unmarshal(line, &rec, 0); err != nil {
+	if err := strictjson.Unmarshal(line, &rec, 0); err != nil {
 		return rec, &ChainError{Seq: seq, Reason: "not a record: " + err.Error()}
 	}
 	switch {

@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lineage-guard/lineage/internal/canon"
-	"github.com/lineage-guard/lineage/internal/jsontext"
+	"github.com/lineage-guard/lineage/internal/strictjson"
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/lineage-guard/lineage"
@@ -439,7 +439,7 @@ func checkJSON(v any, depth int) *badValue {
 // shortest form) keeps exactly, by D231 (numbers a double holds): the shortest
 // form of its double has its value as written, and integers stay within ±2^53.
 func checkNumber(s string) *badValue {
-	if p := jsontext.NumberProblem(s); p != "" {
+	if p := strictjson.NumberProblem(s); p != "" {
 		return &badValue{err: func(at string) error { return badRequest("number %s at %s %s", s, at, p) }}
 	}
 	return nil

@@ -658,3 +658,92 @@ func TestTimesARecordCannotHold(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTimesTheRuntimeHolds: a time the runtime cannot keep exactly as int64
+// nanoseconds since 1970 (record, window, at_ns) is a malformed request and
+// nothing is recorded; 1970 through 2262-04-11 work (docs/decision-order.md, D50 (the times the guard holds)).
+func TestTimesTheRuntimeHolds(t *testing.T) {
+	st := newMem()
+	rt := runtime.Open(st, opts("times"))
+	c := mustCompileYAML(t, `
+budget: 100
+rate_limit: {max_actions: 1, window_secs: 60}
+tools: {pay: {cost: 1}}
+`)
+	agent := mustCreate(t, rt, c, runtime.CreateOptions{At: time.Unix(0, 0)})
+	year := func(y int) time.Time { return time.Date(y, 1, 1, 0, 0, 0, 0, time.UTC) }
+	for _, at := range []time.Time{time.Unix(0, 0), year(2026), year(2200), runtime.Latest} {
+		v := mustRequest(t, rt, agent, lineage.Request{Tool: "pay", At: at})
+		if v.Decision != lineage.Allow {
+			t.Fatalf("at %s: %+v, want allow", at, v)
+		}
+	}
+	n := len(storeLines(t, st, agent))
+	for _, at := range []time.Time{runtime.Latest.Add(1), year(2318), year(2610), year(9999)} {
+		if v, err := rt.Request(bg, agent, lineage.Request{Tool: "pay", At: at}); !errors.Is(err, lineage.ErrBadRequest) {
+			t.Errorf("at %s: %+v, %v; want bad_request", at, v, err)
+		}
+		if _, err := rt.Terminate(bg, agent, runtime.Kill{By: "ops", At: at}); !errors.Is(err, lineage.ErrBadRequest) {
+			t.Errorf("terminate at %s: %v; want bad_request", at, err)
+		}
+	}
+	if got := len(storeLines(t, st, agent)); got != n {
+		t.Errorf("%d records after refused requests, want %d", got, n)
+	}
+	// Before 1970 at_ns would be negative: refused, also for a new agent.
+	if _, err := rt.CreateAgent(bg, c, runtime.CreateOptions{At: year(1969)}); !errors.Is(err, lineage.ErrBadRequest) {
+		t.Errorf("agent created in 1969: %v, want bad_request", err)
+	}
+}
+
+// TestRetryBeforeTimeCheck: an exact retry is answered before any time
+// check, and a request still pending when the agent was terminated answers
+// deny terminated (docs/decision-order.md step 1, D51 (retries come before time checks)).
+func TestRetryBeforeTimeCheck(t *testing.T) {
+	st := newMem()
+	rt := runtime.Open(st, opts("retry"))
+	c := mustCompileYAML(t, `
+budget: 10
+tools: {pay: {cost: 1}, wire: {cost: 1, requires_approval: true}}
+`)
+	agent := mustCreate(t, rt, c, runtime.CreateOptions{At: t0})
+	first := mustRequest(t, rt, agent, lineage.Request{ID: "p1", Tool: "pay", At: sec(5)})
+	mustRequest(t, rt, agent, lineage.Request{ID: "w1", Tool: "wire", At: sec(6)})
+	mustRequest(t, rt, agent, lineage.Request{ID: "w2", Tool: "wire", At: sec(7)})
+	mustRequest(t, rt, agent, lineage.Request{Tool: "pay", At: sec(8)})
+	if _, err := rt.Approve(bg, agent, runtime.Approval{RequestID: "w2", By: "alice", At: sec(9)}); err != nil {
+		t.Fatal(err)
+	}
+	n := len(storeLines(t, st, agent))
+	v, err := rt.Request(bg, agent, lineage.Request{ID: "p1", Tool: "pay", At: sec(1)})
+	if err != nil || !reflect.DeepEqual(v, first) {
+		t.Errorf("retry at an earlier time: %+v, %v; want %+v", v, err, first)
+	}
+	if _, err := rt.Request(bg, agent, lineage.Request{ID: "p1", Tool: "wire", At: sec(1)}); !errors.Is(err, lineage.ErrIDConflict) {
+		t.Errorf("conflicting retry at an earlier time: %v, want id_conflict", err)
+	}
+	if _, err := rt.Request(bg, agent, lineage.Request{ID: "p2", Tool: "pay", At: sec(1)}); !errors.Is(err, lineage.ErrTimeBackwards) {
+		t.Errorf("new request at an earlier time: %v, want time_backwards", err)
+	}
+	if _, err := rt.Terminate(bg, agent, runtime.Kill{By: "ops", At: sec(10)}); err != nil {
+		t.Fatal(err)
+	}
+	n++
+	v, err = rt.Request(bg, agent, lineage.Request{ID: "w1", Tool: "wire", At: sec(2)})
+	want := lineage.Verdict{Decision: lineage.Deny, Reason: "terminated", RequestID: "w1"}
+	if err != nil || !reflect.DeepEqual(v, want) {
+		t.Errorf("retry of a request voided by termination: %+v, %v; want %+v", v, err, want)
+	}
+	// A request decided before the termination keeps its verdict.
+	if v, err := rt.Request(bg, agent, lineage.Request{ID: "w2", Tool: "wire", At: sec(11)}); err != nil || v.Decision != lineage.Allow {
+		t.Errorf("retry of an approved request: %+v, %v; want its allow", v, err)
+	}
+	// The same answers from a runtime that replays the log.
+	again := runtime.Open(st, reopenOpts())
+	if v, err := again.Request(bg, agent, lineage.Request{ID: "w1", Tool: "wire"}); err != nil || !reflect.DeepEqual(v, want) {
+		t.Errorf("after replay: %+v, %v; want %+v", v, err, want)
+	}
+	if got := len(storeLines(t, st, agent)); got != n {
+		t.Errorf("%d records, want %d: retries record nothing", got, n)
+	}
+}

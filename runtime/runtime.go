@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime/store"
 )
@@ -26,8 +27,9 @@ import (
 // Options configure a Runtime.
 type Options struct {
 	// Compile turns a normalized policy document (from a log's record 1) back
-	// into a compiled policy when an existing agent is opened. The CLI passes
-	// the compiler's; the runtime itself never compiles.
+	// into a compiled policy when an existing agent is opened; nil means
+	// compiler.CompileRecorded, the project's compiler (D405 (a nil Compile is
+	// the compiler's)). The runtime calls it only to reopen a log.
 	Compile func(doc []byte) (*policy.Compiled, error)
 	// Clock gives the time of requests that carry none; nil means time.Now.
 	Clock func() time.Time
@@ -66,7 +68,7 @@ type Runtime struct {
 	mu      sync.Mutex
 	agents  *agentTable
 	engines map[string]*engineSlot
-	watch   atomic.Pointer[LogWatch] // tail.go
+	watch   atomic.Pointer[LogWatch] // checkpoint.go
 	tracer  trace.Tracer             // trace.go
 }
 
@@ -92,6 +94,9 @@ type agent struct {
 // Open starts a runtime over a store. Agents are loaded (their logs replayed
 // and verified) on first use.
 func Open(st store.Store, opts Options) *Runtime {
+	if opts.Compile == nil {
+		opts.Compile = compiler.CompileRecorded
+	}
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
@@ -236,9 +241,6 @@ func (r *Runtime) load(ctx context.Context, id string) (*agent, error) {
 // replay opens an agent from its log: every record verified and folded, with
 // the checks VerifyLog runs (so that verify says ok exactly when this opens).
 func (r *Runtime) replay(ctx context.Context, id string) (*agent, error) {
-	if r.opts.Compile == nil {
-		return nil, fmt.Errorf("agent %s: the runtime has no compiler to load its policy", id)
-	}
 	f := newFolded()
 	fo := folder{f: f, compile: r.compileKnown}
 	err := r.store.Scan(id, fo.line)
@@ -412,52 +414,42 @@ func (r *Runtime) Request(ctx context.Context, agentID string, req lineage.Reque
 			return lineage.Verdict{}, err
 		}
 	}
-	var v lineage.Verdict
 	ctx, span := r.startDecision(ctx, agentID, cr.tool)
-	err = r.update(ctx, agentID, func(a *agent) (time.Time, []item, error) {
-		var (
-			at    time.Time
-			items []item
-			err   error
-		)
-		v, at, items, err = r.request(ctx, a, cr, req.At)
-		return at, items, err
+	v, err := r.update(ctx, agentID, func(a *agent) (outcome, error) {
+		return r.request(ctx, a, cr, req.At)
 	}, nil)
 	endDecision(span, v, err)
-	if err != nil {
-		return lineage.Verdict{}, err
-	}
-	return v, nil
+	return v, err
 }
 
 // request decides a checked request on a's state (a is locked): the verdict
 // and the records that make it durable, none for a retry or a refusal that
 // is not recorded.
-func (r *Runtime) request(ctx context.Context, a *agent, cr *checkedRequest, reqAt time.Time) (lineage.Verdict, time.Time, []item, error) {
+func (r *Runtime) request(ctx context.Context, a *agent, cr *checkedRequest, reqAt time.Time) (outcome, error) {
 	// Step 1, right after the malformed check and before any time check: an
 	// exact retry is answered whatever its at, and records nothing.
 	if cr.id != "" {
 		if seen, ok := a.f.lookup(cr.id); ok {
 			if seen.fingerprint != fingerprint(cr.tool, cr.canonArgs) {
-				return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("%w: request id %q was used before with another tool or other args", lineage.ErrIDConflict, cr.id)
+				return outcome{}, fmt.Errorf("%w: request id %q was used before with another tool or other args", lineage.ErrIDConflict, cr.id)
 			}
 			if seen.verdict.Decision == lineage.Pending && a.f.status == lineage.Terminated {
 				// Still pending when the agent was terminated: void (D51).
-				return lineage.Verdict{Decision: lineage.Deny, Reason: "terminated", RequestID: cr.id}, time.Time{}, nil, nil
+				return outcome{verdict: lineage.Verdict{Decision: lineage.Deny, Reason: "terminated", RequestID: cr.id}}, nil
 			}
-			return seen.verdict, time.Time{}, nil, nil
+			return outcome{verdict: seen.verdict}, nil
 		}
 		if reservedID(cr.id) {
-			return lineage.Verdict{}, time.Time{}, nil, badRequest("id %q has the form req_<n>, which is reserved for the ids the runtime assigns", cr.id)
+			return outcome{}, badRequest("id %q has the form req_<n>, which is reserved for the ids the runtime assigns", cr.id)
 		}
 	}
 	at, err := r.timeFor(a, reqAt)
 	if err != nil {
-		return lineage.Verdict{}, time.Time{}, nil, err
+		return outcome{}, err
 	}
 	// Step 2: a sealed log takes nothing more (D4).
 	if a.f.status == lineage.Terminated {
-		return lineage.Verdict{Decision: lineage.Deny, Reason: "terminated", RequestID: cr.id}, time.Time{}, nil, nil
+		return outcome{verdict: lineage.Verdict{Decision: lineage.Deny, Reason: "terminated", RequestID: cr.id}}, nil
 	}
 	seq := a.f.seq + 1
 	id := cr.id
@@ -466,24 +458,24 @@ func (r *Runtime) request(ctx context.Context, a *agent, cr *checkedRequest, req
 	}
 	in, err := a.eng.input(modeRequest, id, cr.tool, cr, at, a.f)
 	if err != nil {
-		return lineage.Verdict{}, time.Time{}, nil, err
+		return outcome{}, err
 	}
 	d, err := r.decide(ctx, a, modeRequest, in)
 	if err != nil {
-		return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("agent %s: %w", a.id, err)
+		return outcome{}, fmt.Errorf("agent %s: %w", a.id, err)
 	}
 	v := verdictOf(d, id, seq)
 	recorded := lineage.RecordedRequest{ID: id, Tool: cr.tool}
 	if v.Decision == lineage.Pending { // the state keeps pending requests whole
 		if recorded.Args, err = cr.argsMap(); err != nil {
-			return lineage.Verdict{}, time.Time{}, nil, err
+			return outcome{}, err
 		}
 	}
 	items := []item{{kind: lineage.KindAction, body: &lineage.ActionBody{Request: recorded, Verdict: v}, args: cr.canonArgs}}
 	if v.Terminated != "" {
 		items = append(items, item{kind: lineage.KindTermination, body: &lineage.TerminationBody{Reason: v.Terminated}})
 	}
-	return v, at, items, nil
+	return outcome{verdict: v, at: at, items: items}, nil
 }
 
 func (r *Runtime) decide(ctx context.Context, a *agent, m mode, in ast.Value) (decision, error) {
@@ -541,61 +533,51 @@ func (r *Runtime) Reject(ctx context.Context, agentID string, ap Approval) (line
 }
 
 func (r *Runtime) decidePending(ctx context.Context, agentID string, ap Approval, m mode) (lineage.Verdict, error) {
-	var v lineage.Verdict
 	ctx, span := r.startDecision(ctx, agentID, "")
-	err := r.update(ctx, agentID, func(a *agent) (time.Time, []item, error) {
-		var (
-			at    time.Time
-			items []item
-			err   error
-		)
-		v, at, items, err = r.pending(ctx, a, ap, m)
-		return at, items, err
+	v, err := r.update(ctx, agentID, func(a *agent) (outcome, error) {
+		return r.pending(ctx, a, ap, m)
 	}, nil)
 	endDecision(span, v, err)
-	if err != nil {
-		return lineage.Verdict{}, err
-	}
-	return v, nil
+	return v, err
 }
 
 // pending decides an approval or a rejection on a's state (a is locked): the
 // verdict and the records that make it durable.
-func (r *Runtime) pending(ctx context.Context, a *agent, ap Approval, m mode) (lineage.Verdict, time.Time, []item, error) {
+func (r *Runtime) pending(ctx context.Context, a *agent, ap Approval, m mode) (outcome, error) {
 	if err := checkActor("approver", ap.By, a); err != nil {
-		return lineage.Verdict{}, time.Time{}, nil, err
+		return outcome{}, err
 	}
 	if err := CheckNote(ap.Note); err != nil {
-		return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("%w: %w", lineage.ErrBadRequest, err)
+		return outcome{}, fmt.Errorf("%w: %w", lineage.ErrBadRequest, err)
 	}
 	at, err := r.timeFor(a, ap.At)
 	if err != nil {
-		return lineage.Verdict{}, time.Time{}, nil, err
+		return outcome{}, err
 	}
 	if a.f.status == lineage.Terminated {
-		return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("%w: agent %s is terminated; its pending requests are void", lineage.ErrSealed, a.id)
+		return outcome{}, fmt.Errorf("%w: agent %s is terminated; its pending requests are void", lineage.ErrSealed, a.id)
 	}
 	req, ok := a.f.pending[ap.RequestID]
 	if !ok {
 		if _, known := a.f.lookup(ap.RequestID); !known {
 			// Both sentinels: not pending, as ever, and never made, which the
 			// service answers 404: D303 (approving a request never made).
-			return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("%w: agent %s has no request %q, so it is not pending (%w)", lineage.ErrUnknownRequest, a.id, ap.RequestID, lineage.ErrNotPending)
+			return outcome{}, fmt.Errorf("%w: agent %s has no request %q, so it is not pending (%w)", lineage.ErrUnknownRequest, a.id, ap.RequestID, lineage.ErrNotPending)
 		}
-		return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("%w: request %q of agent %s is not pending", lineage.ErrNotPending, ap.RequestID, a.id)
+		return outcome{}, fmt.Errorf("%w: request %q of agent %s is not pending", lineage.ErrNotPending, ap.RequestID, a.id)
 	}
 	cr, err := checkRequest(lineage.Request{ID: req.ID, Tool: req.Tool, Args: req.Args})
 	if err != nil {
-		return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("agent %s: pending request %q: %w", a.id, req.ID, err)
+		return outcome{}, fmt.Errorf("agent %s: pending request %q: %w", a.id, req.ID, err)
 	}
 	setTool(ctx, req.Tool)
 	in, err := a.eng.input(m, req.ID, req.Tool, cr, at, a.f)
 	if err != nil {
-		return lineage.Verdict{}, time.Time{}, nil, err
+		return outcome{}, err
 	}
 	d, err := r.decide(ctx, a, m, in)
 	if err != nil {
-		return lineage.Verdict{}, time.Time{}, nil, fmt.Errorf("agent %s: %w", a.id, err)
+		return outcome{}, fmt.Errorf("agent %s: %w", a.id, err)
 	}
 	v := verdictOf(d, req.ID, a.f.seq+1)
 	items := []item{{kind: lineage.KindApproval, body: &lineage.ApprovalBody{
@@ -605,7 +587,7 @@ func (r *Runtime) pending(ctx context.Context, a *agent, ap Approval, m mode) (l
 		items = append(items, item{kind: lineage.KindTermination, body: &lineage.TerminationBody{Reason: v.Terminated}})
 	}
 	v.Note = ap.Note // the answer's, not the recorded verdict's
-	return v, at, items, nil
+	return outcome{verdict: v, at: at, items: items}, nil
 }
 
 // Kill is a request to terminate an agent (the kill switch).
@@ -618,7 +600,7 @@ type Kill struct {
 // Terminate appends a termination record "killed" and seals the log.
 func (r *Runtime) Terminate(ctx context.Context, agentID string, k Kill) (lineage.State, error) {
 	var st lineage.State
-	err := r.update(ctx, agentID, func(a *agent) (time.Time, []item, error) {
+	_, err := r.update(ctx, agentID, func(a *agent) (outcome, error) {
 		return r.kill(a, k)
 	}, func(a *agent) { st = a.f.State() })
 	if err != nil {
@@ -628,19 +610,19 @@ func (r *Runtime) Terminate(ctx context.Context, agentID string, k Kill) (lineag
 }
 
 // kill checks a kill on a's state (a is locked) and returns its termination record.
-func (r *Runtime) kill(a *agent, k Kill) (time.Time, []item, error) {
+func (r *Runtime) kill(a *agent, k Kill) (outcome, error) {
 	if err := checkActor("terminate --by", k.By, a); err != nil {
-		return time.Time{}, nil, fmt.Errorf("%w: %w", lineage.ErrBadRequest, err)
+		return outcome{}, fmt.Errorf("%w: %w", lineage.ErrBadRequest, err)
 	}
 	at, err := r.timeFor(a, k.At)
 	if err != nil {
-		return time.Time{}, nil, err
+		return outcome{}, err
 	}
 	if a.f.status == lineage.Terminated {
-		return time.Time{}, nil, fmt.Errorf("%w: agent %s is already terminated (%s)", lineage.ErrSealed, a.id, a.f.termination)
+		return outcome{}, fmt.Errorf("%w: agent %s is already terminated (%s)", lineage.ErrSealed, a.id, a.f.termination)
 	}
-	return at, []item{{kind: lineage.KindTermination,
-		body: &lineage.TerminationBody{Reason: lineage.Killed, By: k.By, Note: k.Note}}}, nil
+	return outcome{at: at, items: []item{{kind: lineage.KindTermination,
+		body: &lineage.TerminationBody{Reason: lineage.Killed, By: k.By, Note: k.Note}}}}, nil
 }
 
 // State returns an agent's folded state (docs/decision-order.md#folded-state).

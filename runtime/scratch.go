@@ -103,11 +103,11 @@ func (s *Scratch) Request(ctx context.Context, req CanonicalRequest) (lineage.Ve
 	if err != nil {
 		return lineage.Verdict{}, err
 	}
-	v, at, items, err := s.r.request(ctx, s.a, cr, req.At)
+	o, err := s.r.request(ctx, s.a, cr, req.At)
 	if err != nil {
 		return lineage.Verdict{}, err
 	}
-	return v, s.commit(at, items)
+	return o.verdict, s.commit(o.at, o.items)
 }
 
 // checkCanonical is checkRequest for checked canonical args: the same checks
@@ -205,20 +205,20 @@ func (s *Scratch) Reject(ctx context.Context, ap Approval) (lineage.Verdict, err
 }
 
 func (s *Scratch) pending(ctx context.Context, ap Approval, m mode) (lineage.Verdict, error) {
-	v, at, items, err := s.r.pending(ctx, s.a, ap, m)
+	o, err := s.r.pending(ctx, s.a, ap, m)
 	if err != nil {
 		return lineage.Verdict{}, err
 	}
-	return v, s.commit(at, items)
+	return o.verdict, s.commit(o.at, o.items)
 }
 
 // Terminate kills the agent as Runtime.Terminate does.
 func (s *Scratch) Terminate(k Kill) error {
-	at, items, err := s.r.kill(s.a, k)
+	o, err := s.r.kill(s.a, k)
 	if err != nil {
 		return err
 	}
-	return s.commit(at, items)
+	return s.commit(o.at, o.items)
 }
 
 // AssignedSeq returns n if id is req_<n> as the runtime assigns it (D17):

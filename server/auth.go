@@ -14,27 +14,22 @@ import (
 	"os"
 	"strings"
 
+	"github.com/lineage-guard/lineage/api"
 	"github.com/lineage-guard/lineage/internal/diag"
-	"github.com/lineage-guard/lineage/internal/jsontext"
 	"github.com/lineage-guard/lineage/internal/source"
+	"github.com/lineage-guard/lineage/internal/strictjson"
 )
 
-// Role is what a principal may do (docs/service.md).
-type Role string
+// Role is the api's role (api.Role); an auth file's Entry names one. The
+// names stay here for the callers that write auth entries.
+type Role = api.Role
 
+// The roles, as package api defines them.
 const (
-	RoleAdmin    Role = "admin"
-	RoleApprover Role = "approver"
-	RoleAgent    Role = "agent"
+	RoleAdmin    = api.RoleAdmin
+	RoleApprover = api.RoleApprover
+	RoleAgent    = api.RoleAgent
 )
-
-// Principal is who a token stands for. Name is the approver of the approvals
-// and the `by` of the kills it makes; an agent's Name is its id.
-type Principal struct {
-	Name  string `json:"name"`
-	Role  Role   `json:"role"`
-	Agent string `json:"agent,omitempty"`
-}
 
 // Entry is one admin or approver of an auth file: the SHA-256 of its token.
 type Entry struct {
@@ -94,7 +89,7 @@ func ParseAuth(file string, data []byte) ([]Entry, error) {
 	var f struct {
 		Principals []Entry `json:"principals"`
 	}
-	if err := jsontext.Unmarshal(raw, &f, 0); err != nil {
+	if err := strictjson.Unmarshal(raw, &f, 0); err != nil {
 		return nil, err
 	}
 	names, digests := map[string]bool{}, map[string]bool{}
@@ -196,7 +191,7 @@ type authority struct {
 
 type entry struct {
 	digest [sha256.Size]byte
-	p      Principal
+	p      api.Principal
 }
 
 func newAuthority(entries []Entry, key []byte) (*authority, error) {
@@ -212,7 +207,7 @@ func newAuthority(entries []Entry, key []byte) (*authority, error) {
 		}
 		var en entry
 		copy(en.digest[:], d)
-		en.p = Principal{Name: e.Name, Role: e.Role}
+		en.p = api.Principal{Name: e.Name, Role: e.Role}
 		a.entries = append(a.entries, en)
 	}
 	return a, nil
@@ -235,7 +230,7 @@ func (a *authority) agentToken(agent string) string {
 }
 
 // has reports whether p is one of the admins and approvers.
-func (a *authority) has(p Principal) bool {
+func (a *authority) has(p api.Principal) bool {
 	for _, e := range a.entries {
 		if e.p == p {
 			return true
@@ -245,13 +240,13 @@ func (a *authority) has(p Principal) bool {
 }
 
 // principal returns who the token stands for, or false.
-func (a *authority) principal(token string) (Principal, bool) {
+func (a *authority) principal(token string) (api.Principal, bool) {
 	if rest, ok := strings.CutPrefix(token, agentPrefix); ok {
 		// Strict: one spelling per token (docs/service.md); the lenient decoder
 		// lets the unused low bits of the last character take any value.
 		b, err := base64.RawURLEncoding.Strict().DecodeString(rest)
 		if err != nil || len(b) <= sha256.Size {
-			return Principal{}, false
+			return api.Principal{}, false
 		}
 		id, mac := string(b[:len(b)-sha256.Size]), b[len(b)-sha256.Size:]
 		valid := false
@@ -259,12 +254,12 @@ func (a *authority) principal(token string) (Principal, bool) {
 			valid = hmac.Equal(mac, agentMAC(k, id)) || valid
 		}
 		if !valid {
-			return Principal{}, false
+			return api.Principal{}, false
 		}
-		return Principal{Name: id, Role: RoleAgent, Agent: id}, true
+		return api.Principal{Name: id, Role: api.RoleAgent, Agent: id}, true
 	}
 	sum := sha256.Sum256([]byte(token))
-	var found Principal
+	var found api.Principal
 	ok := 0
 	for _, e := range a.entries { // every entry compared: the time says nothing
 		if subtle.ConstantTimeCompare(sum[:], e.digest[:]) == 1 {

@@ -6,17 +6,19 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/lineage-guard/lineage/api"
 )
 
 // backup is GET /v1/backup: a consistent copy of the store as a tar stream
 // (docs/operations.md, "Backups"). The manifest comes last: a stream cut
 // short by an error is a tar without one, which restore refuses.
-func (s *Server) backup(w http.ResponseWriter, r *http.Request, _ Principal) error {
+func (s *Server) backup(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 	if len(r.URL.Query()) > 0 {
-		return newError(http.StatusBadRequest, CodeBadRequest, "GET /v1/backup takes no query parameters")
+		return newError(api.CodeBadRequest, "GET /v1/backup takes no query parameters")
 	}
 	if s.cfg.Backup == nil {
-		return newError(http.StatusNotFound, CodeNotFound,
+		return newError(api.CodeNotFound,
 			"this server's store is not the file store: back up PostgreSQL with pg_dump (docs/operations.md, Backups)")
 	}
 	// A copy of many logs takes longer than a response may.

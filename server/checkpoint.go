@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/api"
 	"github.com/lineage-guard/lineage/checkpoint"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
@@ -35,17 +36,6 @@ import (
 // proof, which reads every record's hash, is refused when they are not the
 // signed tree (D152, D204). An agent's range leaves memory with the agent
 // (D205).
-
-// Error codes of the checkpoint routes.
-const (
-	// CodeNoCheckpointKey: the server was started without --checkpoint-key.
-	CodeNoCheckpointKey = "no_checkpoint_key"
-	// CodeUnknownRecord: a proof of a seq the log (or the asked tree) does not have.
-	CodeUnknownRecord = "unknown_record"
-	// CodeCheckpointDiverged: the log is no longer an extension of the last
-	// checkpoint this server signed (a rewrite or a truncation of its store).
-	CodeCheckpointDiverged = "checkpoint_diverged"
-)
 
 // DefaultCheckpointInterval is the least time between two signatures of one
 // agent's growing log (Config.CheckpointInterval zero).
@@ -272,7 +262,7 @@ func (s *Server) bringUp(sl *signedLog) {
 	}
 	st, err := s.extend(sl, last, target)
 	if err == nil && st.size < target {
-		err = newError(http.StatusInternalServerError, CodeCheckpointDiverged, fmt.Sprintf(
+		err = newError(api.CodeCheckpointDiverged, fmt.Sprintf(
 			"agent %s: the store's log has %d records, the runtime acknowledged %d: it was truncated", sl.agent, st.size, target))
 	}
 	if err == nil && (last == nil || st.size > last.Size) {
@@ -300,8 +290,8 @@ func (s *Server) bringUp(sl *signedLog) {
 		p.c = *last
 	}
 	if err != nil {
-		var ce *Error
-		if errors.As(err, &ce) && ce.Code == CodeCheckpointDiverged {
+		var ce *httpError
+		if errors.As(err, &ce) && ce.wire.Code == api.CodeCheckpointDiverged {
 			s.log.Error("checkpoint: the log no longer extends the last signed checkpoint", "agent", sl.agent, "reason", err.Error())
 		}
 		if last == nil && errors.Is(err, lineage.ErrUnknownAgent) {
@@ -350,10 +340,10 @@ func (s *Server) extend(sl *signedLog, last *checkpoint.Checkpoint, upto uint64)
 				return nil, err
 			}
 			if why := mark.Shortfall(st.size, func(seq uint64) string { return hashes[seq] }); why != "" {
-				return nil, newError(http.StatusInternalServerError, CodeCheckpointDiverged, fmt.Sprintf("agent %s: %s", agent, why))
+				return nil, newError(api.CodeCheckpointDiverged, fmt.Sprintf("agent %s: %s", agent, why))
 			}
 			if st.size < 2 {
-				return nil, newError(http.StatusInternalServerError, CodeCorrupt, fmt.Sprintf("agent %s: the log ends before its policy record", agent))
+				return nil, newError(api.CodeCorrupt, fmt.Sprintf("agent %s: the log ends before its policy record", agent))
 			}
 			return st, nil
 		}
@@ -432,7 +422,7 @@ func (s *Server) checkMark(ctx context.Context, agent string) error {
 	}
 	if why := mark.Shortfall(size, func(uint64) string { return atMark }); why != "" {
 		s.log.Error("checkpoint: the log no longer extends the last signed checkpoint", "agent", agent, "reason", why)
-		return newError(http.StatusInternalServerError, CodeCheckpointDiverged, fmt.Sprintf("agent %s: %s", agent, why))
+		return newError(api.CodeCheckpointDiverged, fmt.Sprintf("agent %s: %s", agent, why))
 	}
 	s.vetted.Store(agent, struct{}{})
 	return nil
@@ -445,14 +435,14 @@ func (s *Server) raiseMark(agent string, c checkpoint.Checkpoint) error {
 		return nil
 	}
 	if err := s.cfg.Marks.StoreMark(agent, store.Mark{Size: c.Size, Head: c.Head}); err != nil {
-		return newError(http.StatusServiceUnavailable, CodeUnavailable, fmt.Sprintf(
+		return newError(api.CodeUnavailable, fmt.Sprintf(
 			"agent %s: the checkpoint of %d records could not be kept before it is handed out: %v", agent, c.Size, err))
 	}
 	return nil
 }
 
 func diverged(agent string, last *checkpoint.Checkpoint, why string) error {
-	return newError(http.StatusInternalServerError, CodeCheckpointDiverged, fmt.Sprintf(
+	return newError(api.CodeCheckpointDiverged, fmt.Sprintf(
 		"agent %s: the log is not an extension of the checkpoint of %d records this server signed (head %s): %s",
 		agent, last.Size, last.Head, why))
 }
@@ -462,7 +452,7 @@ func diverged(agent string, last *checkpoint.Checkpoint, why string) error {
 // once), or the error that stopped it.
 func (s *Server) latest(ctx context.Context, agent string) (*published, error) {
 	if s.cfg.CheckpointSigner == nil {
-		return nil, newError(http.StatusNotImplemented, CodeNoCheckpointKey,
+		return nil, newError(api.CodeNoCheckpointKey,
 			"this server signs no checkpoints: start it with lineagec serve --checkpoint-key FILE (a key from lineagec key generate)")
 	}
 	sl := s.ckpts.of(agent)
@@ -505,10 +495,10 @@ func (s *Server) LatestCheckpoint(agent string) []byte {
 	return pub.note
 }
 
-func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, _ Principal) error {
+func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 	agent := r.PathValue("agent")
 	if len(r.URL.Query()) > 0 {
-		return newError(http.StatusBadRequest, CodeBadRequest, "the checkpoint takes no query parameters")
+		return newError(api.CodeBadRequest, "the checkpoint takes no query parameters")
 	}
 	pub, err := s.latest(r.Context(), agent)
 	if err != nil {
@@ -521,23 +511,23 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request, _ Principal)
 	return err
 }
 
-func (s *Server) proof(w http.ResponseWriter, r *http.Request, _ Principal) error {
+func (s *Server) proof(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 	agent, seqText := r.PathValue("agent"), r.PathValue("seq")
 	seq, err := strconv.ParseUint(seqText, 10, 64)
 	if err != nil || strconv.FormatUint(seq, 10) != seqText {
-		return newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("seq %q: a record seq, 0 or more, in decimal", seqText))
+		return newError(api.CodeBadRequest, fmt.Sprintf("seq %q: a record seq, 0 or more, in decimal", seqText))
 	}
 	var size uint64
 	q := r.URL.Query()
 	for k := range q {
 		if k != "size" {
-			return newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("unknown query parameter %q (only size)", k))
+			return newError(api.CodeBadRequest, fmt.Sprintf("unknown query parameter %q (only size)", k))
 		}
 	}
 	if ss := q.Get("size"); ss != "" {
 		n, err := strconv.ParseUint(ss, 10, 64)
 		if err != nil || n == 0 || strconv.FormatUint(n, 10) != ss {
-			return newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("size=%q: the tree size of a checkpoint, 1 or more", ss))
+			return newError(api.CodeBadRequest, fmt.Sprintf("size=%q: the tree size of a checkpoint, 1 or more", ss))
 		}
 		size = n
 	}
@@ -549,11 +539,11 @@ func (s *Server) proof(w http.ResponseWriter, r *http.Request, _ Principal) erro
 	n := c.Size
 	switch {
 	case size > n:
-		return newError(http.StatusNotFound, CodeUnknownRecord, fmt.Sprintf("size=%d: agent %s has %d records", size, agent, n))
+		return newError(api.CodeUnknownRecord, fmt.Sprintf("size=%d: agent %s has %d records", size, agent, n))
 	case size == 0 && seq >= n:
-		return newError(http.StatusNotFound, CodeUnknownRecord, fmt.Sprintf("agent %s has no record %d: its log has %d records (seq 0..%d)", agent, seq, n, n-1))
+		return newError(api.CodeUnknownRecord, fmt.Sprintf("agent %s has no record %d: its log has %d records (seq 0..%d)", agent, seq, n, n-1))
 	case size > 0 && seq >= size:
-		return newError(http.StatusNotFound, CodeUnknownRecord, fmt.Sprintf("record %d is not in the tree of size %d (seq 0..%d)", seq, size, size-1))
+		return newError(api.CodeUnknownRecord, fmt.Sprintf("record %d is not in the tree of size %d (seq 0..%d)", seq, size, size-1))
 	}
 	// The tree's hashes from the store, chain-checked, never strictly
 	// re-verified; they must be the signed tree (D204).
@@ -568,7 +558,7 @@ func (s *Server) proof(w http.ResponseWriter, r *http.Request, _ Principal) erro
 	p, err := checkpoint.InclusionProofOf(c, hashes, seq, size)
 	if errors.Is(err, checkpoint.ErrDiverged) {
 		s.log.Error("checkpoint: the log no longer extends the last signed checkpoint", "agent", agent, "reason", err.Error())
-		return newError(http.StatusInternalServerError, CodeCheckpointDiverged, fmt.Sprintf(
+		return newError(api.CodeCheckpointDiverged, fmt.Sprintf(
 			"agent %s: the log is not the one of the checkpoint of %d records this server signed (head %s): %v", agent, c.Size, c.Head, err))
 	}
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/checkpoint"
 	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/server"
 )
@@ -34,9 +33,7 @@ func BenchmarkCheckpointHTTP(b *testing.B) {
 			e := startWith(b, sign)
 			// The log is written by a runtime of its own over the same store:
 			// the server's runtime has not loaded the agent and reads it from the store.
-			rt := runtime.Open(e.store, runtime.Options{
-				Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
-			})
+			rt := runtime.Open(e.store, runtime.Options{})
 			c, err := compiler.Compile("", []byte(`{"budget": 1000000000, "tools": {"pay": {"cost": 1}}}`))
 			if err != nil {
 				b.Fatal(err)
@@ -69,9 +66,7 @@ func BenchmarkCheckpointHTTP(b *testing.B) {
 				}
 			})
 			// The server's own runtime over the store reads what it wrote.
-			srt := runtime.Open(e.store, runtime.Options{
-				Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
-			})
+			srt := runtime.Open(e.store, runtime.Options{})
 			b.Run("before_grown", func(b *testing.B) {
 				for b.Loop() {
 					if _, err := e.admin.Request(bg, agent, lineage.Request{Tool: "pay"}); err != nil {

@@ -12,14 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/checkpoint"
 	"github.com/lineage-guard/lineage/checkpoint/checkpointtest"
-	"github.com/lineage-guard/lineage/internal/servertest"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/server"
+	"github.com/lineage-guard/lineage/server/servertest"
 )
 
 // startGrowing is a signing server whose checkpoints come at most once per
@@ -191,7 +193,7 @@ func TestProofRefusesARewrittenOldRecord(t *testing.T) {
 	forgeRecord(t, e, agent, 3)
 	for _, p := range []string{"/proof/0", "/proof/4?size=" + strconv.FormatUint(c.Size, 10)} {
 		status, body := e.raw("GET", "/v1/agents/"+agent+p, e.tokens["admin"], "")
-		if status != http.StatusInternalServerError || body["code"] != server.CodeCheckpointDiverged {
+		if status != http.StatusInternalServerError || body["code"] != api.CodeCheckpointDiverged {
 			t.Errorf("%s of a log rewritten under its checkpoint: %d %v", p, status, body)
 		}
 	}
@@ -214,7 +216,7 @@ func TestRewriteWhileUnloadedIsCaught(t *testing.T) {
 	pay(t, bot, agent, 1) // loads the forged log again and appends
 	for _, p := range []string{"/checkpoint", "/proof/0"} {
 		status, body := e.raw("GET", "/v1/agents/"+agent+p, e.tokens["admin"], "")
-		if status != http.StatusInternalServerError || body["code"] != server.CodeCheckpointDiverged {
+		if status != http.StatusInternalServerError || body["code"] != api.CodeCheckpointDiverged {
 			t.Errorf("%s of a log rewritten while unloaded: %d %v", p, status, body)
 		}
 	}

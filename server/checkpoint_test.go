@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
 	"golang.org/x/mod/sumdb/note"
@@ -218,8 +220,8 @@ func TestCheckpointErrors(t *testing.T) {
 		t.Errorf("client, another agent: %v", err)
 	}
 	_, err := bot.Proof(bg, agent, uint64(n))
-	var ce *client.Error
-	if !errors.As(err, &ce) || ce.Code != server.CodeUnknownRecord || ce.Status != 404 {
+	var ce *api.Error
+	if !errors.As(err, &ce) || ce.Code != api.CodeUnknownRecord || ce.Status != 404 {
 		t.Errorf("client, seq beyond the log: %v", err)
 	}
 }
@@ -229,12 +231,12 @@ func TestCheckpointWithoutKey(t *testing.T) {
 	agent, bot := e.agent()
 	for _, p := range []string{"/checkpoint", "/proof/0"} {
 		status, body := e.raw("GET", "/v1/agents/"+agent+p, e.tokens["admin"], "")
-		if status != http.StatusNotImplemented || body["code"] != server.CodeNoCheckpointKey {
+		if status != http.StatusNotImplemented || body["code"] != api.CodeNoCheckpointKey {
 			t.Errorf("%s without a key: %d %v", p, status, body)
 		}
 	}
-	var ce *client.Error
-	if _, err := bot.Checkpoint(bg, agent); !errors.As(err, &ce) || ce.Code != server.CodeNoCheckpointKey {
+	var ce *api.Error
+	if _, err := bot.Checkpoint(bg, agent); !errors.As(err, &ce) || ce.Code != api.CodeNoCheckpointKey {
 		t.Errorf("client: %v", err)
 	}
 }
@@ -274,7 +276,7 @@ func TestCheckpointRefusesARewrittenLog(t *testing.T) {
 	forge() // grown and rewritten: refused
 	for _, p := range []string{"/checkpoint", "/proof/0"} {
 		status, body := e.raw("GET", "/v1/agents/"+agent+p, e.tokens["admin"], "")
-		if status != http.StatusInternalServerError || body["code"] != server.CodeCheckpointDiverged {
+		if status != http.StatusInternalServerError || body["code"] != api.CodeCheckpointDiverged {
 			t.Errorf("%s of a rewritten log: %d %v", p, status, body)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/lineage-guard/lineage/internal/jsontext"
+	"github.com/lineage-guard/lineage/internal/strictjson"
 )
 
 // maxBody is the largest request body the service reads (docs/service.md: over it, 413).
@@ -19,11 +19,11 @@ const maxDepth = 64
 // errTooLarge marks a body over maxBody.
 var errTooLarge = errors.New("request body is over 1 MiB")
 
-// decodeBody reads r's JSON body into v with the project's one strict reader
-// (internal/jsontext): one JSON object, member names matched exactly, no
+// readBody reads r's JSON body into v with the project's one strict reader
+// (internal/strictjson): one JSON object, member names matched exactly, no
 // field that v does not have, no key twice in one object, valid Unicode,
 // numbers a double holds as written, nothing after it.
-func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+func readBody(w http.ResponseWriter, r *http.Request, v any) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -35,10 +35,10 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	return decodeJSON(body, v)
 }
 
-// decodeJSON is decodeBody's reading of the bytes.
+// decodeJSON is readBody's reading of the bytes.
 func decodeJSON(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return errors.New("the body is empty; it must be a JSON object")
 	}
-	return jsontext.Unmarshal(body, v, maxDepth)
+	return strictjson.Unmarshal(body, v, maxDepth)
 }

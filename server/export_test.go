@@ -13,9 +13,9 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/internal/servertest"
 	"github.com/lineage-guard/lineage/runtime/store/file"
 	"github.com/lineage-guard/lineage/server"
+	"github.com/lineage-guard/lineage/server/servertest"
 )
 
 // eventSink is a decision-log sink that keeps the events by decision_id.

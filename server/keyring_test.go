@@ -8,10 +8,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/internal/servertest"
 	"github.com/lineage-guard/lineage/server"
+	"github.com/lineage-guard/lineage/server/servertest"
 )
 
 // TestKeysFrom: a key ring is one hex key a line, first first; blank lines
@@ -88,7 +90,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	bot, _ := client.New(svc.URL, cr.Token, nil)
-	var ce *client.Error
+	var ce *api.Error
 	if _, err := bot.WhoAmI(ctx); !errors.As(err, &ce) || ce.Status != 401 {
 		t.Fatalf("a token of a retired key: %v; want 401", err)
 	}

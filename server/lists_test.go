@@ -9,9 +9,9 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/internal/servertest"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/server"
+	"github.com/lineage-guard/lineage/server/servertest"
 )
 
 // TestListsPaged: GET /v1/agents and /v1/pending answer pages of limit rows

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/api"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/server/inbox"
 )
@@ -16,13 +17,10 @@ import (
 // API, on the server's own principals, decisions and event stream.
 func (s *Server) mountInbox() {
 	h := inbox.New(inbox.Backend{
-		Runtime: s.rt,
-		Authenticate: func(token string) (inbox.Principal, bool) {
-			p, ok := s.auth.Load().principal(token)
-			return inbox.Principal{Name: p.Name, Role: string(p.Role)}, ok
-		},
-		Present: func(p inbox.Principal) bool { return s.auth.Load().has(Principal{Name: p.Name, Role: Role(p.Role)}) },
-		Events:  http.HandlerFunc(s.handleEvents),
+		Runtime:      s.rt,
+		Authenticate: func(token string) (api.Principal, bool) { return s.auth.Load().principal(token) },
+		Present:      func(p api.Principal) bool { return s.auth.Load().has(p) },
+		Events:       http.HandlerFunc(s.handleEvents),
 		Decide: func(ctx context.Context, by, agent, id, note string, approve bool) (lineage.Verdict, error) {
 			if err := s.clockErr(); err != nil {
 				return lineage.Verdict{}, err
@@ -36,7 +34,7 @@ func (s *Server) mountInbox() {
 			if approve {
 				decide = s.rt.Approve
 			}
-			return s.decideAs(ctx, Principal{Name: by}, agent, id, note, decide)
+			return s.decideAs(ctx, api.Principal{Name: by}, agent, id, note, decide)
 		},
 		Terminate: func(ctx context.Context, by, agent, note string) error {
 			if err := s.clockErr(); err != nil {
@@ -48,23 +46,10 @@ func (s *Server) mountInbox() {
 			s.announceTermination(agent, lineage.Killed, by)
 			return nil
 		},
-		Verify: func(agent string) (inbox.Verified, error) {
-			res, err := s.verifyOf(agent)
-			if err != nil {
-				return inbox.Verified{}, err
-			}
-			v := inbox.Verified{OK: res.OK, Head: res.Head, Message: res.Message}
-			if res.Records != nil {
-				v.Records = *res.Records
-			}
-			if res.Seq != nil {
-				v.Seq = *res.Seq
-			}
-			return v, nil
-		},
+		Verify: s.verifyOf,
 		Status: func(err error) (int, string) {
 			e := errorOf(err)
-			return e.status, e.Code
+			return e.wire.Status, e.wire.Code
 		},
 		Logger: s.log,
 	})

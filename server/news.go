@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/api"
 )
 
 // The news of other nodes (docs/stores.md, "One stream of news"): on a store
@@ -61,14 +62,14 @@ func (s *Server) tell(ctx context.Context, agent string, rec lineage.Record) {
 		if v.Seq == 0 {
 			v.Seq = rec.Seq
 		}
-		s.hub.publish(event{"pending", map[string]any{"agent": agent, "name": s.name(ctx, agent),
+		s.hub.publish(event{api.EventPending, map[string]any{"agent": agent, "name": s.name(ctx, agent),
 			"request_id": b.Request.ID, "tool": b.Request.Tool, "args": argsOrEmpty(b.Request.Args), "verdict": v}})
 	case lineage.KindApproval:
 		var b lineage.ApprovalBody
 		if json.Unmarshal(rec.Body, &b) != nil {
 			return
 		}
-		s.hub.publish(event{"decided", map[string]any{"agent": agent, "request_id": b.RequestID, "by": b.Approver, "verdict": b.Verdict}})
+		s.hub.publish(event{api.EventDecided, map[string]any{"agent": agent, "request_id": b.RequestID, "by": b.Approver, "verdict": b.Verdict}})
 		s.hub.wake(agent, b.RequestID)
 	case lineage.KindTermination:
 		var b lineage.TerminationBody

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lineage-guard/lineage/internal/servertest"
+	"github.com/lineage-guard/lineage/server/servertest"
 )
 
 // The generators' pins (docs/service.md, "A client in another language";

@@ -2,18 +2,18 @@ package server
 
 import (
 	"encoding/json"
-	"go/ast"
-	"go/parser"
-	"go/token"
+	"maps"
 	"net/http/httptest"
-	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/api"
+	"github.com/lineage-guard/lineage/checkpoint"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
@@ -154,9 +154,10 @@ func TestOpenAPIRoutedByTheMux(t *testing.T) {
 // operationIDPattern is the form of an operationId: a method name.
 var operationIDPattern = regexp.MustCompile(`^[a-z][A-Za-z0-9]*$`)
 
-// TestOpenAPIErrorCodes holds the error schema's code enum to the package's
-// Code constants, the one table of codes (errors.go, checkpoint.go): a
-// client generated from the document knows every code the server sends.
+// TestOpenAPIErrorCodes holds the error schema's code enum to the api's
+// table of codes (api.Codes), the one home of the codes: a client generated
+// from the document knows every code the server sends, and the server sends
+// none the document does not name.
 func TestOpenAPIErrorCodes(t *testing.T) {
 	var doc struct {
 		Components struct {
@@ -174,47 +175,100 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 	if err := json.Unmarshal(openAPI, &doc); err != nil {
 		t.Fatal(err)
 	}
-	enum := doc.Components.Schemas.Error.Properties.Code.Enum
-	fset := token.NewFileSet()
-	names, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var codes []string
-	for _, name := range names {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			vs, ok := n.(*ast.ValueSpec)
-			if !ok {
-				return true
-			}
-			for i, name := range vs.Names {
-				if !strings.HasPrefix(name.Name, "Code") || i >= len(vs.Values) {
-					continue
-				}
-				if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-					code, err := strconv.Unquote(lit.Value)
-					if err != nil {
-						t.Fatal(err)
-					}
-					codes = append(codes, code)
-				}
-			}
-			return true
-		})
-	}
-	if len(codes) < 14 {
-		t.Fatalf("found %d Code constants: %v", len(codes), codes)
+	codes := api.Codes()
+	if len(codes) < 17 {
+		t.Fatalf("api.Codes() = %v", codes)
 	}
 	slices.Sort(codes)
-	sorted := slices.Sorted(slices.Values(enum))
-	if !slices.Equal(codes, sorted) {
-		t.Errorf("the Error schema's code enum %v\nis not the Code constants %v", sorted, codes)
+	enum := slices.Sorted(slices.Values(doc.Components.Schemas.Error.Properties.Code.Enum))
+	if !slices.Equal(codes, enum) {
+		t.Errorf("the Error schema's code enum %v\nis not the api's codes %v", enum, codes)
 	}
+}
+
+// TestOpenAPIMatchesTypes holds each schema of the document to the Go type
+// that the server writes or reads and the client reads or writes (package
+// api, and lineage's and checkpoint's types on the wire): the JSON names of
+// the type's fields are the schema's properties, both ways, so that a field
+// added to one and not to the other fails here.
+func TestOpenAPIMatchesTypes(t *testing.T) {
+	var doc map[string]any
+	if err := json.Unmarshal(openAPI, &doc); err != nil {
+		t.Fatal(err)
+	}
+	body := func(path, method string) string {
+		return "/paths/" + strings.ReplaceAll(strings.ReplaceAll(path, "~", "~0"), "/", "~1") + "/" + method + "/requestBody/content/application~1json/schema"
+	}
+	answer := func(path string) string {
+		return "/paths/" + strings.ReplaceAll(path, "/", "~1") + "/get/responses/200/content/application~1json/schema"
+	}
+	for _, c := range []struct {
+		pointer string
+		typ     any
+	}{
+		{"/components/schemas/Error", api.Error{}},
+		{"/components/schemas/Diagnostic", api.Diagnostic{}},
+		{"/components/schemas/Created", api.Created{}},
+		{"/components/schemas/AgentRow", api.Agent{}},
+		{"/components/schemas/Principal", api.Principal{}},
+		{"/components/schemas/VerifyResult", api.VerifyResult{}},
+		{"/components/schemas/PendingRow", api.Pending{}},
+		{"/components/schemas/Verdict", lineage.Verdict{}},
+		{"/components/schemas/State", lineage.State{}},
+		{"/components/schemas/Proof", checkpoint.Proof{}},
+		{body("/v1/agents", "post"), api.CreateBody{}},
+		{body("/v1/agents/{agent}/requests", "post"), api.RequestBody{}},
+		{body("/v1/agents/{agent}/requests/{id}/approve", "post"), api.NoteBody{}},
+		{body("/v1/agents/{agent}/requests/{id}/reject", "post"), api.NoteBody{}},
+		{body("/v1/agents/{agent}/terminate", "post"), api.TerminateBody{}},
+		{answer("/v1/agents/{agent}/policy"), api.PolicyAnswer{}},
+	} {
+		schema, ok := jsonPointer(doc, c.pointer).(map[string]any)
+		if !ok {
+			t.Errorf("%s: no schema", c.pointer)
+			continue
+		}
+		props, _ := schema["properties"].(map[string]any)
+		documented := slices.Sorted(maps.Keys(props))
+		fields := jsonFields(reflect.TypeOf(c.typ))
+		slices.Sort(fields)
+		if !slices.Equal(documented, fields) {
+			t.Errorf("%s has properties %v,\nits Go type %T the fields %v", c.pointer, documented, c.typ, fields)
+		}
+	}
+}
+
+// jsonPointer resolves an RFC 6901 pointer in a decoded JSON document.
+func jsonPointer(doc any, pointer string) any {
+	for _, tok := range strings.Split(pointer, "/")[1:] {
+		m, ok := doc.(map[string]any)
+		if !ok {
+			return nil
+		}
+		doc = m[strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")]
+	}
+	return doc
+}
+
+// jsonFields lists the JSON member names of a struct type as encoding/json
+// writes them: a tag's name or the field's, none for "-", the fields of an
+// untagged embedded struct in place.
+func jsonFields(t reflect.Type) []string {
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		name, _, _ := strings.Cut(tag, ",")
+		switch {
+		case tag == "-":
+		case f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct:
+			out = append(out, jsonFields(f.Type)...)
+		case !f.IsExported():
+		case name != "":
+			out = append(out, name)
+		default:
+			out = append(out, f.Name)
+		}
+	}
+	return out
 }

@@ -2,10 +2,11 @@ package server
 
 import (
 	"math"
-	"net/http"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/lineage-guard/lineage/api"
 
 	"golang.org/x/time/rate"
 )
@@ -77,12 +78,12 @@ func (q *quotas) take(agent string, now time.Time) (time.Duration, bool) {
 
 // tooManyRequests is the 429 of a call over its agent's quota: nothing was
 // done, and Retry-After (whole seconds, at least 1) says when to try again.
-func tooManyRequests(wait time.Duration, q *quotas) *Error {
+func tooManyRequests(wait time.Duration, q *quotas) *httpError {
 	secs := int(math.Ceil(wait.Seconds()))
 	if secs < 1 {
 		secs = 1
 	}
-	e := newError(http.StatusTooManyRequests, CodeTooManyRequests,
+	e := newError(api.CodeTooManyRequests,
 		"this agent's token is over its request quota ("+strconv.FormatFloat(float64(q.limit), 'g', -1, 64)+
 			" calls a second, bursts of "+strconv.Itoa(q.burst)+"): nothing was recorded; try again after "+strconv.Itoa(secs)+" s")
 	e.retryAfter = secs

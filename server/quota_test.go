@@ -111,14 +111,17 @@ func TestClientBacksOffOn429(t *testing.T) {
 }
 
 // TestLoopingAgentQuota is issue 29's loop at the service: a client sending
-// about 1,000 requests a second for 2 s gets 429s, its log grows by no more
-// than the quota (100/s, burst 200), and another agent's latency is printed
-// with and without the loop beside it.
+// up to 1,000 requests a second for 2 s gets 429s, its log grows by no more
+// than the quota, and another agent's latency is printed with and without the
+// loop beside it. The quota is 20/s, burst 40, not the default 100/s, burst
+// 200: the loop must outrun it on any machine, and a busy CI machine's
+// durable decisions over HTTP may not reach 200 a second.
 func TestLoopingAgentQuota(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 2 s load test")
 	}
-	e := start(t) // the default quota
+	const rps, burst = 20, 40
+	e := startWith(t, func(cfg *server.Config) { cfg.AgentRPS, cfg.AgentBurst = rps, burst })
 	loop, loopClient, _ := e.agentWith(loopPolicy)
 	quiet, quietClient, _ := e.agentWith(loopPolicy)
 
@@ -132,7 +135,7 @@ func TestLoopingAgentQuota(t *testing.T) {
 				t.Fatalf("quiet agent: %v", err)
 			}
 			lat = append(lat, time.Since(t0))
-			time.Sleep(20 * time.Millisecond) // 40 calls a second: under its own quota
+			time.Sleep(100 * time.Millisecond) // under 10 calls a second: under its own quota
 		}
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 		return lat[len(lat)/2], lat[len(lat)*99/100], len(lat)
@@ -177,7 +180,7 @@ func TestLoopingAgentQuota(t *testing.T) {
 	sent := ok.Load() + throttled.Load() + other.Load()
 	t.Logf("loop: %d requests in %v (%.0f/s): %d answered 200, %d refused 429, %d other errors; its log grew by %d records (quota allows %.0f)",
 		sent, elapsed.Round(time.Millisecond), float64(sent)/elapsed.Seconds(), ok.Load(), throttled.Load(), other.Load(),
-		grown, server.DefaultAgentRPS*elapsed.Seconds()+server.DefaultAgentBurst)
+		grown, rps*elapsed.Seconds()+burst)
 	t.Logf("another agent's latency:  alone p50 %v p99 %v (%d calls) | beside the loop p50 %v p99 %v (%d calls)",
 		p50Alone.Round(time.Microsecond), p99Alone.Round(time.Microsecond), nAlone,
 		p50Loop.Round(time.Microsecond), p99Loop.Round(time.Microsecond), nLoop)
@@ -187,7 +190,7 @@ func TestLoopingAgentQuota(t *testing.T) {
 	if throttled.Load() == 0 {
 		t.Errorf("no 429 for %d requests in %v", sent, elapsed)
 	}
-	if limit := int(server.DefaultAgentRPS*elapsed.Seconds()) + server.DefaultAgentBurst + 1; grown > limit {
+	if limit := int(rps*elapsed.Seconds()) + burst + 1; grown > limit {
 		t.Errorf("the log grew by %d records in %v, over the quota's %d", grown, elapsed, limit)
 	}
 	if int64(grown) != ok.Load() {

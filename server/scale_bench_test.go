@@ -18,11 +18,10 @@ import (
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/internal/servertest"
-	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store/file"
 	"github.com/lineage-guard/lineage/runtime/store/memory"
+	"github.com/lineage-guard/lineage/server/servertest"
 )
 
 // scaleAgents is the size of BenchmarkScale: go test ./server/ -run '^$'
@@ -70,7 +69,7 @@ func scale(tb testing.TB, n int) scaleResult {
 	// written into the directory as the file store lays them out; the first
 	// open reads every log into the index (rebuild) and saves it at close.
 	mem := memory.New()
-	rt := runtime.Open(mem, runtime.Options{Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) }})
+	rt := runtime.Open(mem, runtime.Options{})
 	start := time.Now()
 	ids := make([]string, n)
 	var wg sync.WaitGroup

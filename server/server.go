@@ -1,8 +1,6 @@
 package server
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,9 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/mod/sumdb/note"
 
-	"github.com/lineage-guard/lineage"
-	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/internal/diag"
+	"github.com/lineage-guard/lineage/api"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
 )
@@ -183,7 +179,7 @@ func (s *Server) clockErr() error {
 		return nil
 	}
 	if err := s.cfg.Clock.Unsynced(); err != nil {
-		return newError(http.StatusServiceUnavailable, CodeClockUnsynced, err.Error()+"; nothing was recorded")
+		return newError(api.CodeClockUnsynced, err.Error()+"; nothing was recorded")
 	}
 	return nil
 }
@@ -203,7 +199,7 @@ const (
 type route struct {
 	method, path string
 	who          access
-	h            func(w http.ResponseWriter, r *http.Request, p Principal) error
+	h            func(w http.ResponseWriter, r *http.Request, p api.Principal) error
 }
 
 func (rt route) pattern() string { return rt.method + " " + rt.path }
@@ -227,16 +223,16 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/agents/{agent}/proof/{seq}", staffOrSelf, s.proof},
 		{"GET", "/v1/pending", staff, s.pending},
 		{"GET", "/v1/backup", adminOnly, s.backup},
-		{"GET", "/v1/events", staff, func(w http.ResponseWriter, r *http.Request, _ Principal) error {
+		{"GET", "/v1/events", staff, func(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 			s.handleEvents(w, r)
 			return nil
 		}},
 		{"GET", "/health", public, s.health},
-		{"GET", "/metrics", public, func(w http.ResponseWriter, r *http.Request, _ Principal) error {
+		{"GET", "/metrics", public, func(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 			promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 			return nil
 		}},
-		{"GET", "/v1/openapi.json", public, func(w http.ResponseWriter, r *http.Request, _ Principal) error {
+		{"GET", "/v1/openapi.json", public, func(w http.ResponseWriter, r *http.Request, _ api.Principal) error {
 			w.Header().Set("Content-Type", "application/json")
 			_, err := w.Write(openAPI)
 			return err
@@ -250,19 +246,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
 	if p == "" || p[0] != '/' || path.Clean(p) != p {
 		s.log.Info("request", "method", r.Method, "path", p, "status", http.StatusBadRequest)
-		writeError(w, newError(http.StatusBadRequest, CodeBadRequest, "the path is not clean (no '..', '.' or '//' segments, encoded or not)"))
+		writeError(w, newError(api.CodeBadRequest, "the path is not clean (no '..', '.' or '//' segments, encoded or not)"))
 		return
 	}
 	h, pattern := s.mux.Handler(r)
 	if pattern == "" {
 		rec := &statusRecorder{header: http.Header{}}
 		h.ServeHTTP(rec, r)
-		e := newError(http.StatusNotFound, CodeNotFound, fmt.Sprintf("no route %s %s", r.Method, p))
+		e := newError(api.CodeNotFound, fmt.Sprintf("no route %s %s", r.Method, p))
 		if rec.status == http.StatusMethodNotAllowed {
-			e = newError(http.StatusMethodNotAllowed, CodeMethod, fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, p, rec.header.Get("Allow")))
+			e = newError(api.CodeMethod, fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, p, rec.header.Get("Allow")))
 			w.Header().Set("Allow", rec.header.Get("Allow"))
 		}
-		s.log.Info("request", "method", r.Method, "path", p, "status", e.status)
+		s.log.Info("request", "method", r.Method, "path", p, "status", e.wire.Status)
 		writeError(w, e)
 		return
 	}
@@ -326,7 +322,7 @@ func (s *Server) wrap(rt route) http.Handler {
 			if sw.status == 0 {
 				writeError(sw, e)
 			}
-			if e.status >= 500 {
+			if e.wire.Status >= 500 {
 				s.log.Error("request failed", "method", r.Method, "route", rt.path, "error", err.Error())
 			}
 		}
@@ -347,22 +343,22 @@ func (s *Server) wrap(rt route) http.Handler {
 }
 
 // authorize finds the caller's principal and checks it may call the route.
-func (s *Server) authorize(r *http.Request, who access) (Principal, error) {
+func (s *Server) authorize(r *http.Request, who access) (api.Principal, error) {
 	if who == public {
-		return Principal{}, nil
+		return api.Principal{}, nil
 	}
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		return Principal{}, newError(http.StatusUnauthorized, CodeUnauthorized, "this call needs Authorization: Bearer <token>")
+		return api.Principal{}, newError(api.CodeUnauthorized, "this call needs Authorization: Bearer <token>")
 	}
 	p, ok := s.auth.Load().principal(strings.TrimSpace(token))
 	if !ok {
 		// D307 (under --auth, admin.token is not a key): say where tokens come from.
-		return Principal{}, newError(http.StatusUnauthorized, CodeUnauthorized, "the token is not known to this server "+
+		return api.Principal{}, newError(api.CodeUnauthorized, "the token is not known to this server "+
 			"(admins and approvers are the principals of its --auth file, or, without --auth, the admin token in its data directory's admin.token; "+
 			"an agent token is valid only for the server key it was made under)")
 	}
-	if p.Role == RoleAgent {
+	if p.Role == api.RoleAgent {
 		// Every call of an agent's token counts, before anything is done.
 		if wait, ok := s.quota.take(p.Agent, time.Now()); !ok {
 			s.met.throttled.Inc()
@@ -371,35 +367,35 @@ func (s *Server) authorize(r *http.Request, who access) (Principal, error) {
 	}
 	agent := r.PathValue("agent")
 	if agent != "" && !agentIDPattern.MatchString(agent) {
-		return p, newError(http.StatusNotFound, CodeUnknownAgent, fmt.Sprintf("%q is not an agent id", agent))
+		return p, newError(api.CodeUnknownAgent, fmt.Sprintf("%q is not an agent id", agent))
 	}
 	allowed := false
 	switch who {
 	case anyone:
 		allowed = true
 	case adminOnly:
-		allowed = p.Role == RoleAdmin
+		allowed = p.Role == api.RoleAdmin
 	case staff:
-		allowed = p.Role == RoleAdmin || p.Role == RoleApprover
+		allowed = p.Role == api.RoleAdmin || p.Role == api.RoleApprover
 	case staffOrSelf:
-		allowed = p.Role == RoleAdmin || p.Role == RoleApprover || (p.Role == RoleAgent && p.Agent == agent)
+		allowed = p.Role == api.RoleAdmin || p.Role == api.RoleApprover || (p.Role == api.RoleAgent && p.Agent == agent)
 	case adminOrSelf:
-		allowed = p.Role == RoleAdmin || (p.Role == RoleAgent && p.Agent == agent)
+		allowed = p.Role == api.RoleAdmin || (p.Role == api.RoleAgent && p.Agent == agent)
 	}
 	if !allowed {
-		return p, newError(http.StatusForbidden, CodeForbidden, fmt.Sprintf("%s %q may not call %s %s", p.Role, p.Name, r.Method, r.URL.Path))
+		return p, newError(api.CodeForbidden, fmt.Sprintf("%s %q may not call %s %s", p.Role, p.Name, r.Method, r.URL.Path))
 	}
 	return p, nil
 }
 
-func writeError(w http.ResponseWriter, e *Error) {
-	if e.status == http.StatusUnauthorized {
+func writeError(w http.ResponseWriter, e *httpError) {
+	if e.wire.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="lineage"`)
 	}
 	if e.retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(e.retryAfter))
 	}
-	writeJSON(w, e.status, e)
+	writeJSON(w, e.wire.Status, e.wire)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) error {
@@ -414,484 +410,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 	return err
 }
 
-type createBody struct {
-	Policy json.RawMessage `json:"policy"`
-	Name   string          `json:"name"`
-	Parent string          `json:"parent"`
-}
-
-func (s *Server) createAgent(w http.ResponseWriter, r *http.Request, _ Principal) error {
-	var b createBody
-	if err := decodeBody(w, r, &b); err != nil {
-		return badRequest(err)
-	}
-	if len(b.Policy) == 0 || bytes.Equal(b.Policy, []byte("null")) {
-		return newError(http.StatusBadRequest, CodeBadRequest, "/policy: a policy document is required")
-	}
-	if b.Policy[0] != '{' {
-		return newError(http.StatusBadRequest, CodeBadRequest, "/policy: expected an object")
-	}
-	if d := regoPaths(b.Policy); len(d) > 0 {
-		return &Error{status: http.StatusBadRequest, Code: CodeInvalidPolicy, Message: "the policy is invalid", Errors: d}
-	}
-	c, err := compiler.Compile("", b.Policy)
-	if err != nil {
-		var list diag.List
-		if errors.As(err, &list) {
-			return &Error{status: http.StatusBadRequest, Code: CodeInvalidPolicy, Message: "the policy is invalid", Errors: list}
-		}
-		return &Error{status: http.StatusBadRequest, Code: CodeInvalidPolicy, Message: err.Error()}
-	}
-	opts := runtime.CreateOptions{Name: b.Name}
-	if b.Parent != "" {
-		if !agentIDPattern.MatchString(b.Parent) {
-			return newError(http.StatusNotFound, CodeUnknownAgent, fmt.Sprintf("parent %q is not an agent id", b.Parent))
-		}
-		opts.Parent = &lineage.Parent{Agent: b.Parent}
-	}
-	id, err := s.rt.CreateAgent(r.Context(), c, opts)
-	if err != nil {
-		return err
-	}
-	s.names.Store(id, b.Name)
-	return writeJSON(w, http.StatusCreated, map[string]string{"agent": id, "token": s.auth.Load().agentToken(id), "digest": c.Digest})
-}
-
-// regoPaths refuses extension modules given by path: over the network a
-// policy inlines its Rego as source, so that a caller can never make the
-// server read its own files (D74).
-func regoPaths(doc []byte) diag.List {
-	var p struct {
-		Rego []map[string]json.RawMessage `json:"rego"`
-	}
-	if json.Unmarshal(doc, &p) != nil {
-		return nil // the compiler reports what is wrong
-	}
-	var out diag.List
-	for i, m := range p.Rego {
-		if _, ok := m["path"]; ok {
-			out = append(out, diag.Diagnostic{Code: diag.CodeSchema, Pointer: fmt.Sprintf("/rego/%d/path", i),
-				Message: "a policy sent to the service must inline its Rego extensions as {source}; a path would be read from the server's disk"})
-		}
-	}
-	return out
-}
-
-type agentRow struct {
-	Agent  string `json:"agent"`
-	Name   string `json:"name"`
-	Status string `json:"status"`
-	Digest string `json:"digest"`
-	Seq    uint64 `json:"seq"`
-	Error  string `json:"error,omitempty"`
-}
-
-func (s *Server) listAgents(w http.ResponseWriter, r *http.Request, _ Principal) error {
-	q, err := listQuery(r, true)
-	if err != nil {
-		return err
-	}
-	list, next, err := s.rt.ListAgents(q)
-	if err != nil {
-		return listError(err)
-	}
-	rows := make([]agentRow, 0, len(list))
-	for _, a := range list {
-		rows = append(rows, agentRow{Agent: a.Agent, Name: a.Name, Status: a.Status, Digest: a.Digest, Seq: a.Seq, Error: a.Error})
-	}
-	return writeJSON(w, http.StatusOK, listBody{"agents": rows, "next_cursor": nextCursor(next)})
-}
-
-// listBody is the answer of a paged list: the rows and next_cursor (null
-// after the last page).
-type listBody map[string]any
-
-func nextCursor(next string) any {
-	if next == "" {
-		return nil
-	}
-	return next
-}
-
-// listQuery reads a list's limit, cursor and (for agents) status.
-func listQuery(r *http.Request, status bool) (runtime.ListQuery, error) {
-	var q runtime.ListQuery
-	known := "limit, cursor"
-	if status {
-		known += ", status"
-	}
-	for k, v := range r.URL.Query() {
-		if len(v) != 1 {
-			return q, newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("query parameter %q given %d times", k, len(v)))
-		}
-		switch {
-		case k == "limit":
-			n, err := strconv.Atoi(v[0])
-			if err != nil || n < 1 || n > store.MaxListLimit {
-				return q, newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("limit %q: expected a whole number from 1 to %d", v[0], store.MaxListLimit))
-			}
-			q.Limit = n
-		case k == "cursor":
-			q.Cursor = v[0]
-		case k == "status" && status:
-			if v[0] != store.StatusAlive && v[0] != store.StatusTerminated && v[0] != store.StatusDamaged {
-				return q, newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("status %q: expected alive, terminated or damaged", v[0]))
-			}
-			q.Status = v[0]
-		default:
-			return q, newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("unknown query parameter %q (only %s)", k, known))
-		}
-	}
-	return q, nil
-}
-
-// listError makes a cursor that no page gave a 400.
-func listError(err error) error {
-	if errors.Is(err, store.ErrBadCursor) {
-		return newError(http.StatusBadRequest, CodeBadRequest, "cursor: not a next_cursor of this list")
-	}
-	return err
-}
-
-func (s *Server) whoami(w http.ResponseWriter, _ *http.Request, p Principal) error {
+func (s *Server) whoami(w http.ResponseWriter, _ *http.Request, p api.Principal) error {
 	return writeJSON(w, http.StatusOK, p)
 }
 
-func (s *Server) state(w http.ResponseWriter, r *http.Request, _ Principal) error {
-	agent := r.PathValue("agent")
-	st, err := s.rt.State(r.Context(), agent)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, st)
-}
-
-func (s *Server) policy(w http.ResponseWriter, r *http.Request, _ Principal) error {
-	agent := r.PathValue("agent")
-	info, err := s.rt.Info(r.Context(), agent)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, map[string]any{"digest": info.Digest, "policy": info.Policy})
-}
-
-// requestBody is a request as an agent sends it; At is only there to be refused.
-type requestBody struct {
-	ID   string          `json:"id"`
-	Tool string          `json:"tool"`
-	Args map[string]any  `json:"args"`
-	At   json.RawMessage `json:"at"`
-}
-
-func (s *Server) request(w http.ResponseWriter, r *http.Request, _ Principal) error {
-	agent := r.PathValue("agent")
-	var b requestBody
-	if err := decodeBody(w, r, &b); err != nil {
-		return badRequest(err)
-	}
-	if b.At != nil {
-		return newError(http.StatusBadRequest, CodeBadRequest, "/at: the server's clock gives the time of a request; leave at out")
-	}
-	if err := s.checkMark(r.Context(), agent); err != nil {
-		return err
-	}
-	start := time.Now()
-	v, err := s.rt.Request(r.Context(), agent, lineage.Request{ID: b.ID, Tool: b.Tool, Args: b.Args})
-	if err != nil {
-		return err
-	}
-	s.met.decided(v, time.Since(start))
-	if v.Decision == lineage.Pending && v.Seq > 0 {
-		s.hub.publish(event{"pending", map[string]any{"agent": agent, "name": s.name(r.Context(), agent),
-			"request_id": v.RequestID, "tool": b.Tool, "args": argsOrEmpty(b.Args), "verdict": v}})
-	}
-	s.announceTermination(agent, v.Terminated, "")
-	return writeJSON(w, http.StatusOK, v)
-}
-
-func argsOrEmpty(a map[string]any) map[string]any {
-	if a == nil {
-		return map[string]any{}
-	}
-	return a
-}
-
-// announceTermination tells the streams and the waiters that an agent ended.
-func (s *Server) announceTermination(agent string, reason lineage.Termination, by string) {
-	if reason == "" {
-		return
-	}
-	data := map[string]any{"agent": agent, "reason": reason}
-	if by != "" {
-		data["by"] = by
-	}
-	s.hub.publish(event{"terminated", data})
-	s.hub.wake(agent, "")
-}
-
-func (s *Server) name(ctx context.Context, agent string) string {
-	if n, ok := s.names.Load(agent); ok {
-		return n.(string)
-	}
-	info, err := s.rt.Info(ctx, agent)
-	if err != nil {
-		return ""
-	}
-	s.names.Store(agent, info.Name)
-	return info.Name
-}
-
-func (s *Server) getRequest(w http.ResponseWriter, r *http.Request, _ Principal) error {
-	agent, id := r.PathValue("agent"), r.PathValue("id")
-	var wait time.Duration
-	q := r.URL.Query()
-	for k := range q {
-		if k != "wait" {
-			return newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("unknown query parameter %q (only wait)", k))
-		}
-	}
-	if ws := q.Get("wait"); ws != "" {
-		d, err := time.ParseDuration(ws)
-		if err != nil || d < 0 || d > MaxWait {
-			return newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("wait=%q: a duration such as 30s, at most %s", ws, MaxWait))
-		}
-		wait = d
-	}
-	// Watch before reading, so a decision between the two is not missed.
-	var woken <-chan struct{}
-	if wait > 0 {
-		ch, cancel := s.hub.watch(agent, id)
-		defer cancel()
-		woken = ch
-	}
-	v, err := s.rt.RequestVerdict(r.Context(), agent, id)
-	if err != nil {
-		return err
-	}
-	if v.Decision == lineage.Pending && wait > 0 {
-		timer := time.NewTimer(wait)
-		defer timer.Stop()
-		select {
-		case <-woken:
-		case <-timer.C:
-		case <-r.Context().Done():
-			return r.Context().Err()
-		}
-		if v, err = s.rt.RequestVerdict(r.Context(), agent, id); err != nil {
-			return err
-		}
-	}
-	return writeJSON(w, http.StatusOK, v)
-}
-
-// pendingBody is the body approve and reject take (docs/approvals.md): an
-// optional note, nothing else. The approver is the caller, so {"by": …} is an
-// error, not ignored. Note stays raw so that null or a number is refused
-// rather than read as no note.
-type pendingBody struct {
-	Note json.RawMessage `json:"note"`
-}
-
-// noteOf reads approve's and reject's body, which may be absent or empty: the
-// note, "" for none.
-func noteOf(w http.ResponseWriter, r *http.Request) (string, error) {
-	if r.ContentLength == 0 {
-		return "", nil
-	}
-	var b pendingBody
-	err := decodeBody(w, r, &b)
-	if err != nil && strings.HasPrefix(err.Error(), "the body is empty") {
-		return "", nil
-	}
-	if err != nil || b.Note == nil {
-		return "", err
-	}
-	var note string
-	if b.Note[0] != '"' || json.Unmarshal(b.Note, &note) != nil {
-		return "", fmt.Errorf("/note: expected a string of at most %d characters, got %s", runtime.MaxNote, b.Note)
-	}
-	return note, runtime.CheckNote(note)
-}
-
-func (s *Server) approve(w http.ResponseWriter, r *http.Request, p Principal) error {
-	return s.decidePending(w, r, p, s.rt.Approve)
-}
-
-func (s *Server) reject(w http.ResponseWriter, r *http.Request, p Principal) error {
-	return s.decidePending(w, r, p, s.rt.Reject)
-}
-
-func (s *Server) decidePending(w http.ResponseWriter, r *http.Request, p Principal,
-	decide func(context.Context, string, runtime.Approval) (lineage.Verdict, error)) error {
-	agent, id := r.PathValue("agent"), r.PathValue("id")
-	note, err := noteOf(w, r)
-	if err != nil {
-		return badRequest(err)
-	}
-	if err := s.checkMark(r.Context(), agent); err != nil {
-		return err
-	}
-	v, err := s.decideAs(r.Context(), p, agent, id, note, decide)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, v)
-}
-
-// decideAs approves or rejects as p, then tells the streams and the waiters.
-func (s *Server) decideAs(ctx context.Context, p Principal, agent, id, note string,
-	decide func(context.Context, string, runtime.Approval) (lineage.Verdict, error)) (lineage.Verdict, error) {
-	start := time.Now()
-	v, err := decide(ctx, agent, runtime.Approval{RequestID: id, By: p.Name, Note: note})
-	if err != nil {
-		return v, err
-	}
-	s.met.decided(v, time.Since(start))
-	s.hub.publish(event{"decided", map[string]any{"agent": agent, "request_id": id, "by": p.Name, "verdict": v}})
-	s.hub.wake(agent, id)
-	s.announceTermination(agent, v.Terminated, "")
-	return v, nil
-}
-
-func (s *Server) terminate(w http.ResponseWriter, r *http.Request, p Principal) error {
-	agent := r.PathValue("agent")
-	var b struct {
-		Reason string `json:"reason"`
-	}
-	if r.ContentLength != 0 {
-		if err := decodeBody(w, r, &b); err != nil && !strings.HasPrefix(err.Error(), "the body is empty") {
-			return badRequest(err)
-		}
-	}
-	st, err := s.rt.Terminate(r.Context(), agent, runtime.Kill{By: p.Name, Note: b.Reason})
-	if err != nil {
-		return err
-	}
-	s.announceTermination(agent, lineage.Killed, p.Name)
-	return writeJSON(w, http.StatusOK, st)
-}
-
-func (s *Server) logLines(w http.ResponseWriter, r *http.Request, _ Principal) error {
-	agent := r.PathValue("agent")
-	var from uint64
-	q := r.URL.Query()
-	for k := range q {
-		if k != "from" {
-			return newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("unknown query parameter %q (only from)", k))
-		}
-	}
-	if fs := q.Get("from"); fs != "" {
-		n, err := strconv.ParseUint(fs, 10, 64)
-		if err != nil {
-			return newError(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("from=%q: a record seq, 0 or more", fs))
-		}
-		from = n
-	}
-	started := false
-	err := s.rt.ScanLog(r.Context(), agent, from, func(_ uint64, line []byte) error {
-		if !started {
-			w.Header().Set("Content-Type", "application/x-ndjson")
-			w.Header().Set("Cache-Control", "no-store")
-			w.WriteHeader(http.StatusOK)
-			started = true
-		}
-		if _, err := w.Write(line); err != nil {
-			return err
-		}
-		_, err := w.Write([]byte{'\n'})
-		return err
-	})
-	if err != nil {
-		return err // after the first line the status is sent: the stream just ends
-	}
-	if !started {
-		w.Header().Set("Content-Type", "application/x-ndjson")
-		w.WriteHeader(http.StatusOK)
-	}
-	return nil
-}
-
-type verifyResult struct {
-	OK      bool    `json:"ok"`
-	Records *int    `json:"records,omitempty"`
-	Head    string  `json:"head,omitempty"`
-	Seq     *uint64 `json:"seq,omitempty"`
-	Message string  `json:"message,omitempty"`
-}
-
-func (s *Server) verify(w http.ResponseWriter, r *http.Request, _ Principal) error {
-	res, err := s.verifyOf(r.PathValue("agent"))
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, res)
-}
-
-func (s *Server) verifyOf(agent string) (verifyResult, error) {
-	recs, err := s.rt.Records(agent)
-	var chain *runtime.ChainError
-	var damage *store.DamageError
-	switch {
-	case errors.As(err, &chain):
-		return verifyResult{Seq: &chain.Seq, Message: chain.Reason}, nil
-	case errors.As(err, &damage):
-		return verifyResult{Seq: &damage.Seq, Message: damage.Reason}, nil
-	case err != nil:
-		return verifyResult{}, err
-	case len(recs) < 2:
-		seq := uint64(len(recs))
-		return verifyResult{Seq: &seq, Message: "log ends before its policy record"}, nil
-	}
-	n := len(recs)
-	if s.cfg.Marks != nil {
-		mark, err := s.cfg.Marks.LoadMark(agent)
-		if err != nil {
-			return verifyResult{}, err
-		}
-		if why := mark.Shortfall(uint64(n), func(seq uint64) string { return recs[seq].Hash }); why != "" {
-			seq := min(uint64(n), mark.Size-1)
-			return verifyResult{Seq: &seq, Message: CodeCheckpointDiverged + ": " + why}, nil
-		}
-	}
-	return verifyResult{OK: true, Records: &n, Head: recs[n-1].Hash}, nil
-}
-
-type pendingRow struct {
-	Agent     string         `json:"agent"`
-	Name      string         `json:"name"`
-	RequestID string         `json:"request_id"`
-	Tool      string         `json:"tool"`
-	Args      map[string]any `json:"args"`
-	At        lineage.Time   `json:"at"`
-	Cost      int64          `json:"cost"`
-}
-
-func (s *Server) pending(w http.ResponseWriter, r *http.Request, _ Principal) error {
-	q, err := listQuery(r, false)
-	if err != nil {
-		return err
-	}
-	list, next, err := s.rt.ListPending(q)
-	if err != nil {
-		return listError(err)
-	}
-	rows := make([]pendingRow, 0, len(list))
-	for _, p := range list {
-		rows = append(rows, pendingRow{Agent: p.Agent, Name: p.Name, RequestID: p.RequestID,
-			Tool: p.Tool, Args: argsOrEmpty(p.Args), At: lineage.Time{Time: p.At}, Cost: p.Cost})
-	}
-	return writeJSON(w, http.StatusOK, listBody{"pending": rows, "next_cursor": nextCursor(next)})
-}
-
-func (s *Server) health(w http.ResponseWriter, _ *http.Request, _ Principal) error {
+func (s *Server) health(w http.ResponseWriter, _ *http.Request, _ api.Principal) error {
 	// One row of the agent index: the store answers, at a cost that does
 	// not grow with the number of agents (a directory listing would).
 	if _, _, err := s.rt.ListAgents(runtime.ListQuery{Limit: 1}); err != nil {
-		return writeJSON(w, http.StatusServiceUnavailable, &Error{Code: CodeUnavailable, Message: "the store is not usable: " + err.Error()})
+		return writeJSON(w, http.StatusServiceUnavailable, &api.Error{Code: api.CodeUnavailable, Message: "the store is not usable: " + err.Error()})
 	}
 	if s.cfg.Clock != nil {
 		if err := s.cfg.Clock.Unsynced(); err != nil {
-			return writeJSON(w, http.StatusServiceUnavailable, &Error{Code: CodeClockUnsynced, Message: err.Error() + "; writes are refused"})
+			return writeJSON(w, http.StatusServiceUnavailable, &api.Error{Code: api.CodeClockUnsynced, Message: err.Error() + "; writes are refused"})
 		}
 	}
 	return writeJSON(w, http.StatusOK, struct{}{})

@@ -15,11 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/internal/servertest"
 	"github.com/lineage-guard/lineage/runtime/store/file"
 	"github.com/lineage-guard/lineage/server"
+	"github.com/lineage-guard/lineage/server/servertest"
 )
 
 // max_pending 100: the checkpoint tests grow logs with pending requests.
@@ -133,8 +135,8 @@ func TestEndToEnd(t *testing.T) {
 	// Events: subscribe before anything happens.
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
-	events := make(chan client.Event, 16)
-	go e.approver.Events(ctx, func(ev client.Event) error { events <- ev; return nil })
+	events := make(chan api.Event, 16)
+	go e.approver.Events(ctx, func(ev api.Event) error { events <- ev; return nil })
 	time.Sleep(100 * time.Millisecond) // the stream is open once its first line arrived; see below
 	v, err := bot.Request(bg, agent, lineage.Request{Tool: "pay", Args: map[string]any{"amount": json.Number("5")}})
 	if err != nil || v.Decision != lineage.Allow || v.Cost != 1 || v.Seq != 2 {
@@ -220,7 +222,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Errorf("log from 4:\n%s", tail)
 	}
 	vr, err := e.approver.Verify(bg, agent)
-	if err != nil || !vr.OK || vr.Records != e.lines(agent) || vr.Head != st.Head {
+	if err != nil || !vr.OK || vr.Records == nil || *vr.Records != e.lines(agent) || vr.Head != st.Head {
 		t.Errorf("verify: %+v %v", vr, err)
 	}
 
@@ -335,11 +337,11 @@ func TestStoreGone(t *testing.T) {
 	}
 	bot.Retries = 0
 	_, err := bot.Request(bg, agent, lineage.Request{Tool: "pay", Args: map[string]any{"amount": json.Number("1")}})
-	var ce *client.Error
-	if !errors.Is(err, lineage.ErrUnavailable) || !errors.As(err, &ce) || ce.Status != 503 {
+	var ce *api.Error
+	if !errors.Is(err, lineage.ErrServiceUnavailable) || !errors.As(err, &ce) || ce.Status != 503 {
 		t.Errorf("request on a closed store: %v", err)
 	}
-	if err := e.admin.Health(bg); !errors.Is(err, lineage.ErrUnavailable) {
+	if err := e.admin.Health(bg); !errors.Is(err, lineage.ErrServiceUnavailable) {
 		t.Errorf("health on a closed store: %v", err)
 	}
 	if got := e.lines(agent); got != before {
@@ -356,7 +358,7 @@ func TestShutdownEndsStreamsAndWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	streamDone := make(chan error, 1)
-	go func() { streamDone <- e.approver.Events(bg, func(client.Event) error { return nil }) }()
+	go func() { streamDone <- e.approver.Events(bg, func(api.Event) error { return nil }) }()
 	held := make(chan lineage.Verdict, 1)
 	go func() { v, _ := bot.Verdict(bg, agent, "w", 60*time.Second); held <- v }()
 	time.Sleep(300 * time.Millisecond)

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"os"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -62,11 +64,11 @@ func (s *Server) startHTTPSpan(r *http.Request, rt route) (*http.Request, trace.
 }
 
 // endHTTPSpan closes a request's span with its status and principal.
-func endHTTPSpan(span trace.Span, status int, p Principal) {
+func endHTTPSpan(span trace.Span, status int, p api.Principal) {
 	if span == nil {
 		return
 	}
-	span.SetAttributes(attribute.Int("http.response.status_code", status))
+	span.SetAttributes(attribute.Int("http.response.wire.Status_code", status))
 	if p.Name != "" {
 		span.SetAttributes(attribute.String("lineage.principal", p.Name), attribute.String("lineage.role", string(p.Role)))
 	}

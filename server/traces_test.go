@@ -21,9 +21,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lineage-guard/lineage"
-	"github.com/lineage-guard/lineage/internal/servertest"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/server"
+	"github.com/lineage-guard/lineage/server/servertest"
 )
 
 // otlpReceiver is a real OTLP/HTTP trace receiver on a loopback port: it
@@ -196,7 +196,7 @@ func TestTracesOverOTLP(t *testing.T) {
 	if httpSpan.Kind != tracepb.Span_SPAN_KIND_SERVER {
 		t.Errorf("HTTP span kind = %v", httpSpan.Kind)
 	}
-	if a := attrs(httpSpan); a["http.response.status_code"] != int64(200) || a["http.route"] != "/v1/agents/{agent}/requests" || a["http.request.method"] != "POST" {
+	if a := attrs(httpSpan); a["http.response.wire.Status_code"] != int64(200) || a["http.route"] != "/v1/agents/{agent}/requests" || a["http.request.method"] != "POST" {
 		t.Errorf("HTTP span attributes %v", a)
 	}
 	if !bytes.Equal(dec.ParentSpanId, httpSpan.SpanId) {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lineage-guard/lineage/internal/servertest"
+	"github.com/lineage-guard/lineage/server/servertest"
 )
 
 // python3 finds the interpreter; without one the test skips, except under

@@ -2,17 +2,18 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/lineage-guard/lineage"
-	"github.com/lineage-guard/lineage/runtime"
+	"github.com/lineage-guard/lineage/api"
+	"github.com/lineage-guard/lineage/runtime/store"
 )
 
 func newAgentCmd(g *globalParams) *cobra.Command {
@@ -79,40 +80,36 @@ func runAgentCreate(ctx context.Context, p agentCreateParams, _ []string, stdout
 	if p.policy == "" {
 		return fmt.Errorf("agent create needs a policy: --policy FILE")
 	}
-	if c, err := p.remote(); c != nil || err != nil {
-		if err != nil {
-			return err
-		}
-		return remoteAgentCreate(ctx, c, p, stdout, stderr)
-	}
-	// Compile first: an invalid policy creates nothing, not even the directory.
+	// Compiled here first: an invalid policy creates nothing, not even the
+	// data directory; the problems name file:line:col; and the guard gets
+	// the normalized document, extensions inlined (D74).
 	r := compileFile(p.policy)
 	if !r.Valid {
 		return invalidPolicy(r, stderr)
 	}
-	s, err := openSession(p.globalParams, createData)
+	g, done, err := p.openGuard(createData, "", stderr)
 	if err != nil {
 		return err
 	}
-	defer s.close(stderr)
-	opts := runtime.CreateOptions{Name: p.name}
-	if p.parent != "" {
-		opts.Parent = &lineage.Parent{Agent: p.parent}
-	}
-	id, err := s.rt.CreateAgent(ctx, r.compiled, opts)
+	defer done()
+	created, err := g.CreateAgent(ctx, r.compiled.Document, p.name, p.parent)
 	if err != nil {
-		if p.parent != "" {
-			return fmt.Errorf("creating the agent: %w", s.agentError(p.parent, err))
+		return fmt.Errorf("creating the agent: %w", readable(err))
+	}
+	if created.Token == "" { // a local agent: no token
+		if p.format == formatJSON {
+			return writeJSONLine(stdout, struct {
+				Agent  string `json:"agent"`
+				Digest string `json:"digest"`
+			}{created.Agent, created.Digest})
 		}
-		return fmt.Errorf("creating the agent: %w", err)
+	} else {
+		if p.format == formatJSON {
+			return writeJSONLine(stdout, created)
+		}
+		fmt.Fprintf(stderr, "lineagec: the agent's token, shown this once: %s\n", created.Token)
 	}
-	if p.format == formatJSON {
-		return writeJSONLine(stdout, struct {
-			Agent  string `json:"agent"`
-			Digest string `json:"digest"`
-		}{id, r.Digest})
-	}
-	_, err = fmt.Fprintln(stdout, id)
+	_, err = fmt.Fprintln(stdout, created.Agent)
 	return err
 }
 
@@ -160,41 +157,31 @@ func runAgentList(ctx context.Context, p agentListParams, _ []string, stdout, st
 	if err := checkFormat(p.format, formatText, formatTable, formatJSON); err != nil {
 		return err
 	}
-	if c, err := p.remote(); c != nil || err != nil {
-		if err != nil {
-			return err
-		}
-		return remoteAgentList(ctx, c, p, stdout, stderr)
-	}
-	s, err := openSession(p.globalParams, readData)
+	g, done, err := p.openGuard(readData, "", stderr)
 	if err != nil {
 		return err
 	}
-	defer s.close(stderr)
-	var ids []string
-	err = s.rt.AllAgents(ctx, "", func(a runtime.AgentRow) error {
-		if p.limit > 0 && len(ids) == p.limit {
-			return errEnough
-		}
-		ids = append(ids, a.Agent)
-		return nil
-	})
-	if err != nil && !errors.Is(err, errEnough) {
-		return err
+	defer done()
+	agents, err := firstRows(ctx, g.AgentsPage, p.limit)
+	if err != nil {
+		return readable(err)
 	}
 	if p.format == formatText {
-		for _, id := range ids {
-			fmt.Fprintln(stdout, id)
+		for _, a := range agents {
+			fmt.Fprintln(stdout, a.Agent)
 		}
 		return nil
 	}
-	rows := make([]agentSummary, 0, len(ids))
+	rows := make([]agentSummary, 0, len(agents))
 	damaged := 0
-	for _, id := range ids {
-		row := summarize(ctx, s, id)
+	for _, a := range agents {
+		row, err := summarize(ctx, g, a)
+		if err != nil {
+			return readable(err)
+		}
 		if row.Error != "" {
 			damaged++
-			fmt.Fprintf(stderr, "lineagec: agent %s: %s\n", id, row.Error)
+			fmt.Fprintf(stderr, "lineagec: agent %s: %s\n", a.Agent, row.Error)
 		}
 		rows = append(rows, row)
 	}
@@ -202,32 +189,53 @@ func runAgentList(ctx context.Context, p agentListParams, _ []string, stdout, st
 		return err
 	}
 	if damaged > 0 {
-		return &exitError{code: exitFailure, err: fmt.Errorf("%d of %d logs are damaged", damaged, len(ids))}
+		return &exitError{code: exitFailure, err: fmt.Errorf("%d of %d logs are damaged", damaged, len(agents))}
 	}
 	return nil
 }
 
-// summarize reads one agent's log (verifying it) and its folded state.
-func summarize(ctx context.Context, s *session, id string) agentSummary {
-	row := agentSummary{Agent: id}
-	recs, err := s.rt.Records(id)
-	row.Records = len(recs)
-	if len(recs) > 0 {
-		var g lineage.GenesisBody
-		if json.Unmarshal(recs[0].Body, &g) == nil {
-			row.Name = g.Name
+// summarize is an agent's row of the table: the index row (name, status,
+// damage) and, for the remaining budget and the scar score, which the index
+// does not keep, the agent's state (its log replayed and verified; the
+// records counted to its last seq). A log that does not replay is listed
+// damaged.
+func summarize(ctx context.Context, g guard, a api.Agent) (agentSummary, error) {
+	row := agentSummary{Agent: a.Agent, Name: a.Name, Status: a.Status, Error: a.Error}
+	if a.Error == "" {
+		st, err := g.State(ctx, a.Agent)
+		if err != nil && !listedDamaged(err) {
+			return row, err
 		}
-	}
-	if err == nil {
-		var st lineage.State
-		if st, err = s.rt.State(ctx, id); err == nil {
-			row.Status = string(st.Status)
+		if err == nil {
+			row.Status, row.Records = string(st.Status), int(st.Seq)+1
 			row.Remaining, row.ScarScore = &st.Remaining, &st.ScarScore
-			return row
+			return row, nil
 		}
+		row.Error = strings.TrimPrefix(err.Error(), "agent "+a.Agent+": ")
 	}
-	row.Status, row.Error = "damaged", strings.TrimPrefix(err.Error(), "agent "+id+": ")
-	return row
+	// The name of a log that does not verify is not to be trusted.
+	row.Name, row.Status = "", store.StatusDamaged
+	return row, nil
+}
+
+// listedDamaged tells an agent whose log does not replay (damaged, locally
+// or on a server: corrupt_log) from a failure of the list itself.
+func listedDamaged(err error) bool {
+	return isDamage(err) || errors.Is(err, lineage.ErrCorrupt) || errors.Is(err, store.ErrDamaged)
+}
+
+// writeAgentRows prints agent list --format table|json.
+func writeAgentRows(w io.Writer, format string, rows []agentSummary) error {
+	if format == formatJSON {
+		return writeJSONIndent(w, rows)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tSTATUS\tREMAINING\tSCAR_SCORE\tRECORDS")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", r.Agent, dash(r.Name), r.Status,
+			intOrDash(r.Remaining), intOrDash(r.ScarScore), r.Records)
+	}
+	return tw.Flush()
 }
 
 func dash(s string) string {

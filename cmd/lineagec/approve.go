@@ -5,8 +5,6 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
-
-	"github.com/lineage-guard/lineage/runtime"
 )
 
 type approveParams struct {
@@ -77,26 +75,19 @@ func runReject(ctx context.Context, p approveParams, args []string, stdout, stde
 }
 
 func decidePending(ctx context.Context, p approveParams, args []string, approve bool, stdout, stderr io.Writer) error {
-	agent := args[0]
-	if c, err := p.remote(); c != nil || err != nil {
-		if err != nil {
-			return err
-		}
-		return remoteDecide(ctx, c, agent, args[1], p.note, approve, stdout)
-	}
-	s, err := openSession(p.globalParams, writeData)
+	agent, id := args[0], args[1]
+	g, done, err := p.openGuard(writeData, p.by, stderr)
 	if err != nil {
 		return err
 	}
-	defer s.close(stderr)
-	ap := runtime.Approval{RequestID: args[1], By: p.by, Note: p.note}
-	decide := s.rt.Reject
+	defer done()
+	decide := g.RejectWithNote
 	if approve {
-		decide = s.rt.Approve
+		decide = g.ApproveWithNote
 	}
-	v, err := decide(ctx, agent, ap)
+	v, err := decide(ctx, agent, id, p.note)
 	if err != nil {
-		return s.agentError(agent, err)
+		return readable(err)
 	}
 	if err := writeJSONLine(stdout, v); err != nil {
 		return err

@@ -17,8 +17,6 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store/file"
 )
@@ -130,7 +128,7 @@ func TestBackupUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	rt := runtime.Open(st, runtime.Options{Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) }})
+	rt := runtime.Open(st, runtime.Options{})
 	have := map[string][]lineage.Record{}
 	total := 0
 	for _, b := range bots {

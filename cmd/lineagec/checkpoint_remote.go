@@ -18,7 +18,7 @@ func remoteCheckpoint(c *client.Client, p checkpointParams, agent string, stdout
 	}
 	msg, err := c.Checkpoint(context.Background(), agent)
 	if err != nil {
-		return fmt.Errorf("%s: %w", agent, remoteError(err))
+		return fmt.Errorf("%s: %w", agent, readable(err))
 	}
 	if p.out == "" {
 		_, err = stdout.Write(msg)

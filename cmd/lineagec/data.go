@@ -12,8 +12,6 @@ import (
 	"strings"
 
 	"github.com/lineage-guard/lineage"
-	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
 	"github.com/lineage-guard/lineage/runtime/store/file"
@@ -108,9 +106,7 @@ func openSharedSession(url string) (*session, error) {
 }
 
 func newSession(where string, st store.Store) *session {
-	rt := runtime.Open(st, runtime.Options{
-		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) },
-	})
+	rt := runtime.Open(st, runtime.Options{})
 	return &session{where: where, st: st, rt: rt}
 }
 

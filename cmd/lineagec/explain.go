@@ -134,7 +134,7 @@ func runExplain(ctx context.Context, p explainParams, reqFile string, stdout, st
 // explain decides req on a scratch agent (the runtime's engine: the decision
 // is OPA's) and derives the steps from the verdict, the state and the policy.
 func explain(ctx context.Context, c *policy.Compiled, doc *source.Document, req lineage.Request, st *lineage.State) (*Explanation, error) {
-	rt := runtime.Open(memory.New(), runtime.Options{Compile: func(d []byte) (*policy.Compiled, error) { return compiler.Compile("", d) }})
+	rt := runtime.Open(memory.New(), runtime.Options{})
 	start := req.At
 	if start.IsZero() {
 		start = time.Now().UTC()

@@ -14,11 +14,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/spf13/cobra"
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/internal/jsontext"
+	"github.com/lineage-guard/lineage/internal/strictjson"
 	"github.com/lineage-guard/lineage/mcpproxy"
 )
 
@@ -187,7 +189,7 @@ func decideHook(ctx context.Context, p hookParams, stdin io.Reader, stderr io.Wr
 	if err == nil {
 		// The one strict reader, D371 (the hook's event read strictly):
 		// Claude Code's members exactly, the ones it adds skipped.
-		err = jsontext.UnmarshalOpen(raw, &ev, 0)
+		err = strictjson.UnmarshalOpen(raw, &ev, 0)
 	}
 	if err == nil && ev.HookEventName == nil {
 		err = errors.New("it has no hook_event_name")
@@ -209,7 +211,7 @@ func decideHook(ctx context.Context, p hookParams, stdin io.Reader, stderr io.Wr
 	}
 	unavailable := func(err error) hookOutput {
 		fmt.Fprintf(stderr, "lineagec: hook: call to %q denied: %v\n", tool, err)
-		var ce *client.Error
+		var ce *api.Error
 		switch {
 		case errors.As(err, &ce) && ce.Status == http.StatusTooManyRequests:
 			return hookDeny(fmt.Sprintf("lineage denied the call to %q: slow down, the agent is making requests faster than its quota allows (%s); nothing was done. Wait a little before calling again.", tool, ce.Message))

@@ -19,7 +19,7 @@ import (
 
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/internal/servertest"
+	"github.com/lineage-guard/lineage/server/servertest"
 )
 
 // hookPolicy is a coding agent's policy for the hook tests.

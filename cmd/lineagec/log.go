@@ -14,6 +14,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/compiler"
+	"github.com/lineage-guard/lineage/internal/strictjson"
 	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
@@ -58,35 +59,37 @@ func runLog(p logParams, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	agent := args[0]
-	if c, err := p.remote(); c != nil || err != nil {
-		if err != nil {
-			return err
-		}
-		return remoteLog(context.Background(), c, agent, p.format, stdout)
-	}
-	s, err := openSession(p.globalParams, readData)
+	g, done, err := p.openGuard(readData, "", stderr)
 	if err != nil {
 		return err
 	}
-	defer s.close(stderr)
-	recs, lines, err := readLog(s, agent)
+	defer done()
+	b, err := g.Log(context.Background(), agent, 0)
+	if err != nil && !isDamage(err) {
+		return readable(err)
+	}
+	var lines [][]byte
+	if len(b) > 0 {
+		lines = bytes.Split(bytes.TrimSuffix(b, []byte{'\n'}), []byte{'\n'})
+	}
 	if p.format == formatTable {
+		recs := make([]lineage.Record, 0, len(lines))
+		for _, line := range lines {
+			var rec lineage.Record
+			if err := strictjson.Unmarshal(line, &rec, 0); err != nil {
+				return fmt.Errorf("a line of the log is not a record: %w", err)
+			}
+			recs = append(recs, rec)
+		}
 		if werr := writeLogTable(stdout, recs); werr != nil {
 			return werr
 		}
-	} else {
-		for _, line := range lines {
-			if _, werr := stdout.Write(append(line, '\n')); werr != nil {
-				return werr
-			}
-		}
+	} else if _, werr := stdout.Write(b); werr != nil {
+		return werr
 	}
 	if seq, reason, ok := damageOf(err); ok {
 		// The same words whichever store the log is in, and what verify says.
 		return fmt.Errorf("the log of %s is damaged at seq %d: %s (the %d records before it are printed)", agent, seq, reason, len(lines))
-	}
-	if err != nil {
-		return s.agentError(agent, err)
 	}
 	return nil
 }

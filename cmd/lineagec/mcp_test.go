@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/lineage-guard/lineage/client"
@@ -41,7 +43,7 @@ func filesystemServer(t *testing.T) string {
 
 // mcpSetup starts a service with an agent under policy and returns the
 // service's URL, the agent, and this test binary under the name lineagec.
-func mcpSetup(t *testing.T, policy string) (string, client.Created, string) {
+func mcpSetup(t *testing.T, policy string) (string, api.Created, string) {
 	t.Helper()
 	url, adminTok, stop, err := serveInProcess(t.TempDir())
 	if err != nil {

@@ -2,14 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
+	"fmt"
 	"io"
+	"text/tabwriter"
+	"time"
 
+	"github.com/lineage-guard/lineage/api"
 	"github.com/spf13/cobra"
-
-	"github.com/lineage-guard/lineage"
-	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/runtime"
 )
 
 type pendingParams struct {
@@ -45,51 +45,29 @@ func runPending(ctx context.Context, p pendingParams, stdout, stderr io.Writer) 
 	if err := checkFormat(p.format, formatTable, formatJSON); err != nil {
 		return err
 	}
-	if c, err := p.remote(); c != nil || err != nil {
-		if err != nil {
-			return err
-		}
-		return remotePending(ctx, c, p.format, p.limit, stdout)
-	}
-	s, err := openSession(p.globalParams, readData)
+	g, done, err := p.openGuard(readData, "", stderr)
 	if err != nil {
 		return err
 	}
-	defer s.close(stderr)
-	rows := []pendingLine{}
-	err = s.rt.AllPending(ctx, func(r runtime.PendingRow) error {
-		if p.limit > 0 && len(rows) == p.limit {
-			return errEnough
-		}
-		rows = append(rows, pendingLine{Agent: r.Agent, Name: r.Name, RequestID: r.RequestID, Tool: r.Tool,
-			Args: r.Args, At: lineage.Time{Time: r.At}, Cost: r.Cost})
-		return nil
-	})
-	if err != nil && !errors.Is(err, errEnough) {
-		return err
+	defer done()
+	rows, err := firstRows(ctx, g.PendingPage, p.limit)
+	if err != nil {
+		return readable(err)
 	}
 	return writePending(stdout, p.format, rows)
 }
 
-// errEnough stops a walk over a list's pages once --limit rows are in.
-var errEnough = errors.New("enough rows")
-
-// firstRows reads a remote list's pages until limit rows (0: all).
-func firstRows[T any](ctx context.Context, page func(context.Context, client.Page) ([]T, string, error), limit int) ([]T, error) {
-	out := []T{}
-	p := client.Page{Limit: 1000}
-	for {
-		if limit > 0 {
-			p.Limit = min(1000, limit-len(out))
-		}
-		rows, next, err := page(ctx, p)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, rows...)
-		if next == "" || limit > 0 && len(out) >= limit {
-			return out, nil
-		}
-		p.Cursor = next
+// writePending prints pending requests: a table, or {"pending": […]} as the API answers.
+func writePending(w io.Writer, format string, rows []api.Pending) error {
+	if format == formatJSON {
+		return writeJSONIndent(w, map[string]any{"pending": rows})
 	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "AGENT\tNAME\tREQUEST_ID\tTOOL\tCOST\tAT\tARGS")
+	for _, r := range rows {
+		args, _ := json.Marshal(r.Args)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Agent, dash(r.Name), r.RequestID, r.Tool, r.Cost,
+			r.At.UTC().Format(time.RFC3339), args)
+	}
+	return tw.Flush()
 }

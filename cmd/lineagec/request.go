@@ -66,36 +66,31 @@ func runRequest(ctx context.Context, p requestParams, args []string, stdout, std
 		}
 		req.Args = a
 	}
-	if c, err := p.remote(); c != nil || err != nil {
-		if err != nil {
-			return err
-		}
-		if p.explain {
-			return fmt.Errorf("--explain works on a local store only")
-		}
-		return remoteRequest(ctx, c, agent, req, stdout, stderr)
-	}
-	s, err := openSession(p.globalParams, writeData)
+	g, done, err := p.openGuard(writeData, "", stderr)
 	if err != nil {
 		return err
 	}
-	defer s.close(stderr)
+	defer done()
 	var why *explainer
 	if p.explain {
-		if why, err = newExplainer(ctx, s.rt, agent, p.policy); err != nil {
-			return s.agentError(agent, err)
+		lg, ok := g.(*localGuard)
+		if !ok {
+			return fmt.Errorf("--explain works on a local store only")
+		}
+		if why, err = newExplainer(ctx, lg.s.rt, agent, p.policy); err != nil {
+			return lg.s.agentError(agent, err)
 		}
 	}
-	v, err := s.rt.Request(ctx, agent, req)
+	v, err := g.Request(ctx, agent, req)
 	if err != nil {
-		return s.agentError(agent, err)
+		return readable(err)
 	}
 	if err := writeJSONLine(stdout, v); err != nil {
 		return err
 	}
 	if v.Reason == "unlisted_tool" {
-		if info, err := s.rt.Info(ctx, agent); err == nil {
-			unlistedHint(stderr, tool, info.Policy)
+		if _, doc, err := g.Policy(ctx, agent); err == nil {
+			unlistedHint(stderr, tool, doc)
 		}
 	}
 	if why != nil {

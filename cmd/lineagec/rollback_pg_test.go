@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/checkpoint"
 	"github.com/lineage-guard/lineage/client"
@@ -67,7 +69,7 @@ func TestServeSharedMark(t *testing.T) {
 	}
 	pgtest.Exec(t, url, `UPDATE lineage_checkpoints SET size = 8, head = 'sha256:' || repeat('d', 64) WHERE agent = '`+created.Agent+`'`)
 	_, c := serveNode(t, "--store", url, "--checkpoint-key", key)
-	var ce *client.Error
+	var ce *api.Error
 	if _, err := c.Checkpoint(ctx, created.Agent); !errors.As(err, &ce) || ce.Code != "checkpoint_diverged" {
 		t.Fatalf("a fresh node's checkpoint of 6 records under a mark of 8: %v, want checkpoint_diverged", err)
 	}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/checkpoint"
 	"github.com/lineage-guard/lineage/checkpoint/checkpointtest"
@@ -168,7 +170,7 @@ func TestServeRollbackRestored(t *testing.T) {
 				g.start(t)
 				defer g.stop(syscall.SIGTERM)
 				v, err := g.admin.Verify(ctx, g.agent)
-				if err != nil || !v.OK || v.Records != 6 || v.Head != g.head {
+				if err != nil || !v.OK || v.Records == nil || *v.Records != 6 || v.Head != g.head {
 					t.Fatalf("verify after restart: %+v %v, want ok with the 6 records of head %s", v, err, g.head)
 				}
 				if c := g.checkpoint(t); c.Size != 6 || c.Head != g.head {
@@ -204,7 +206,7 @@ func TestServeRollbackRefusedAtMark(t *testing.T) {
 		g.start(t)
 		ctx := context.Background()
 		_, err := g.admin.Checkpoint(ctx, g.agent)
-		var ce *client.Error
+		var ce *api.Error
 		if !errors.As(err, &ce) || ce.Code != "checkpoint_diverged" {
 			t.Fatalf("round %d: checkpoint of the log cut to 3: %v, want checkpoint_diverged", round, err)
 		}

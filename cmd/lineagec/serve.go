@@ -18,9 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/internal/storeclock"
-	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
 	"github.com/lineage-guard/lineage/runtime/store/file"
@@ -245,7 +243,6 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		}
 	}()
 	rt := runtime.Open(st, runtime.Options{
-		Compile:        func(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) },
 		MaxAgents:      p.maxAgents,
 		IdleTimeout:    p.idle,
 		Clock:          clockNow(clock),

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/runtime/store/postgres/pgtest"
@@ -61,7 +63,7 @@ func TestServeNodesNews(t *testing.T) {
 
 	// The event stream of node 2: each event with when it arrived.
 	type seen struct {
-		ev client.Event
+		ev api.Event
 		at time.Time
 	}
 	var (
@@ -73,7 +75,7 @@ func TestServeNodesNews(t *testing.T) {
 	defer scancel()
 	go func() {
 		var once sync.Once
-		_ = a2.Events(sctx, func(ev client.Event) error {
+		_ = a2.Events(sctx, func(ev api.Event) error {
 			mu.Lock()
 			events = append(events, seen{ev, time.Now()})
 			mu.Unlock()

@@ -14,8 +14,6 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store/postgres"
 	"github.com/lineage-guard/lineage/runtime/store/postgres/pgtest"
@@ -174,7 +172,7 @@ func TestServeKillNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	rt := runtime.Open(st, runtime.Options{Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) }})
+	rt := runtime.Open(st, runtime.Options{})
 	recs, err := rt.Records(cr.Agent)
 	if err != nil {
 		t.Fatalf("the log does not verify after kill -9 of a node: %v", err)

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/spf13/pflag"
 
 	"github.com/lineage-guard/lineage"
@@ -63,7 +65,7 @@ func hup(t *testing.T, cmd *exec.Cmd, stderr func() string, n int) string {
 
 // status is the HTTP status of err (200 for nil).
 func status(err error) int {
-	var ce *client.Error
+	var ce *api.Error
 	switch {
 	case err == nil:
 		return 200
@@ -179,7 +181,7 @@ func TestServeKeyRing(t *testing.T) {
 	}
 	nodes := []node{start(), start()}
 	ctx := context.Background()
-	create := func() client.Created {
+	create := func() api.Created {
 		t.Helper()
 		cr, err := connect(t, nodes[0].u, tok).CreateAgent(ctx, json.RawMessage(`{"budget": 100, "tools": {"t": {"cost": 1}}}`), "", "")
 		if err != nil {
@@ -188,7 +190,7 @@ func TestServeKeyRing(t *testing.T) {
 		return cr
 	}
 	calls := 0
-	expect := func(when string, cr client.Created, want int, on ...node) {
+	expect := func(when string, cr api.Created, want int, on ...node) {
 		t.Helper()
 		for i, n := range on {
 			calls++

@@ -28,8 +28,6 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store/file"
 	"github.com/lineage-guard/lineage/server"
@@ -164,7 +162,7 @@ func TestServeSIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	rt := runtime.Open(st, runtime.Options{Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) }})
+	rt := runtime.Open(st, runtime.Options{})
 	recs, err := rt.Records(created.Agent)
 	if err != nil {
 		t.Fatalf("the log does not verify after SIGTERM: %v", err)
@@ -233,7 +231,7 @@ func serveInProcess(dir string) (string, string, func(), error) {
 	if err != nil {
 		return "", "", nil, err
 	}
-	rt := runtime.Open(st, runtime.Options{Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) }})
+	rt := runtime.Open(st, runtime.Options{})
 	tok := server.NewToken()
 	srv, err := server.New(server.Config{Runtime: rt, Key: server.NewKey(),
 		Principals: []server.Entry{{Name: "ops", Role: server.RoleAdmin, TokenSHA256: server.TokenSHA256(tok)}}})

@@ -30,20 +30,14 @@ state exits 0, or 1 on errors (unknown agent, damaged log, …).`,
 
 func runState(ctx context.Context, p stateParams, args []string, stdout, stderr io.Writer) error {
 	agent := args[0]
-	if c, err := p.remote(); c != nil || err != nil {
-		if err != nil {
-			return err
-		}
-		return remoteState(ctx, c, agent, stdout)
-	}
-	s, err := openSession(p.globalParams, readData)
+	g, done, err := p.openGuard(readData, "", stderr)
 	if err != nil {
 		return err
 	}
-	defer s.close(stderr)
-	st, err := s.rt.State(ctx, agent)
+	defer done()
+	st, err := g.State(ctx, agent)
 	if err != nil {
-		return s.agentError(agent, err)
+		return readable(err)
 	}
 	return writeJSONIndent(stdout, st)
 }

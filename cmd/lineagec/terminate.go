@@ -5,8 +5,6 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
-
-	"github.com/lineage-guard/lineage/runtime"
 )
 
 type terminateParams struct {
@@ -41,20 +39,14 @@ terminate exits 0, or 1 on errors (unknown agent, already terminated, …).`,
 
 func runTerminate(ctx context.Context, p terminateParams, args []string, stdout, stderr io.Writer) error {
 	agent := args[0]
-	if c, err := p.remote(); c != nil || err != nil {
-		if err != nil {
-			return err
-		}
-		return remoteTerminate(ctx, c, agent, p.reason, stdout)
-	}
-	s, err := openSession(p.globalParams, writeData)
+	g, done, err := p.openGuard(writeData, p.by, stderr)
 	if err != nil {
 		return err
 	}
-	defer s.close(stderr)
-	st, err := s.rt.Terminate(ctx, agent, runtime.Kill{By: p.by, Note: p.reason})
+	defer done()
+	st, err := g.Terminate(ctx, agent, p.reason)
 	if err != nil {
-		return s.agentError(agent, err)
+		return readable(err)
 	}
 	return writeJSONIndent(stdout, st)
 }

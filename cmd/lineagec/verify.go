@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/api"
 	"github.com/lineage-guard/lineage/runtime"
-	"github.com/lineage-guard/lineage/runtime/store"
 	"github.com/lineage-guard/lineage/runtime/store/file"
 )
 
@@ -34,7 +34,8 @@ PostgreSQL store). A final line without its
 newline in a file is a write torn by a crash: it is ignored, with a warning.
 
 It prints "ok: N records, head sha256:…", or "damaged at seq N: reason" naming
-the first bad record. --format json prints {ok, records, head, bad_seq, reason}.
+the first bad record. --format json prints {ok, records, head, seq, message},
+as GET /v1/agents/{agent}/verify answers (seq and message only when not ok).
 
 With --checkpoint FILE --pubkey FILE (from lineagec checkpoint and key
 generate) an intact log must also be the checkpoint's log or an extension of
@@ -52,14 +53,6 @@ verify exits 0 when the log is intact, 1 when it is damaged or on errors.`,
 	return cmd
 }
 
-type verifyResult struct {
-	OK      bool    `json:"ok"`
-	Records int     `json:"records"`
-	Head    string  `json:"head"`
-	BadSeq  *uint64 `json:"bad_seq,omitempty"`
-	Reason  string  `json:"reason,omitempty"`
-}
-
 func runVerify(p verifyParams, args []string, stdout, stderr io.Writer) error {
 	if err := checkFormat(p.format, formatText, formatJSON); err != nil {
 		return err
@@ -68,89 +61,63 @@ func runVerify(p verifyParams, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--checkpoint and --pubkey go together")
 	}
 	target := args[0]
-	if c, err := p.remote(); c != nil || err != nil {
-		if err != nil {
-			return err
-		}
-		if p.checkpoint != "" {
-			return fmt.Errorf("--checkpoint checks a local log: export it with `lineagec log %s > %s.jsonl` and verify that file", target, target)
-		}
-		return remoteVerify(context.Background(), c, target, p.format, stdout)
-	}
 	var (
+		res  api.VerifyResult
 		recs []lineage.Record
 		err  error
 	)
 	info, serr := os.Stat(target)
-	switch {
+	switch remote := p.serverURL() != ""; {
+	case remote && p.checkpoint != "":
+		return fmt.Errorf("--checkpoint checks a local log: export it with `lineagec log %s > %s.jsonl` and verify that file", target, target)
+	case remote:
+		g, _, err := p.openGuard(readData, "", stderr)
+		if err != nil {
+			return err
+		}
+		if res, err = g.Verify(context.Background(), target); err != nil {
+			return readable(err)
+		}
 	case serr == nil && info.IsDir():
 		return fmt.Errorf("%s is a directory; verify takes a log file or an agent id", target)
 	case serr == nil:
 		recs, err = verifyFile(target, stderr)
+		if res, err = verifyResultOf(recs, err); err != nil {
+			return err
+		}
 	case looksLikePath(target):
 		return serr
 	default:
-		s, oerr := openSession(p.globalParams, readData)
-		if oerr != nil {
-			return oerr
+		g, done, err := p.openGuard(readData, "", stderr)
+		if err != nil {
+			return err
 		}
-		defer s.close(stderr)
-		recs, _, err = readLog(s, target)
-		if err != nil && !isDamage(err) {
-			return s.agentError(target, err)
+		defer done()
+		if res, recs, err = g.(*localGuard).verify(target); err != nil {
+			return err
 		}
-		// The store's indexes serve lists only, never a verdict: a
-		// difference is a warning (docs/decisions.md: verify checks the
-		// index).
-		if c, ok := s.st.(store.IndexChecker); ok && err == nil {
-			diff, cerr := c.CheckIndexOf(target)
-			if cerr != nil {
-				return cerr
-			}
-			for _, d := range diff {
-				fmt.Fprintf(stderr, "warning: the store's index differs from the log: %s (it is read again from the logs when the store next opens with the log changed, or without %s)\n", d, file.IndexName)
-			}
-		}
-		if err == nil {
-			// A log shorter than a checkpoint a server signed of it is
-			// not ok (D252 (the signed size checked when an agent is met)).
-			if m, ok := s.st.(store.Marks); ok {
-				mark, merr := m.LoadMark(target)
-				if merr != nil && !isDamage(merr) {
-					return merr
-				}
-				err = merr
-				if why := mark.Shortfall(uint64(len(recs)), func(seq uint64) string { return recs[seq].Hash }); merr == nil && why != "" {
-					seq := min(uint64(len(recs)), mark.Size-1)
-					res := verifyResult{Records: len(recs), BadSeq: &seq, Reason: "checkpoint_diverged: " + why}
-					if len(recs) > 0 {
-						res.Head = recs[len(recs)-1].Hash
-					}
-					return writeVerifyResult(stdout, p.format, res)
-				}
-			}
-		}
-	}
-	res := verifyResult{OK: true, Records: len(recs)}
-	if len(recs) > 0 {
-		res.Head = recs[len(recs)-1].Hash
-	}
-	seq, reason, damaged := damageOf(err)
-	switch {
-	case damaged:
-		res.OK, res.BadSeq, res.Reason = false, &seq, reason
-	case err != nil:
-		return err
-	case len(recs) < 2:
-		// A log is at least genesis and policy (an empty file is a Create
-		// whose first append never happened).
-		seq := uint64(len(recs))
-		res.OK, res.BadSeq, res.Reason = false, &seq, "log ends before its policy record"
 	}
 	if res.OK && p.checkpoint != "" {
 		return verifyCheckpoint(p, recs, stdout)
 	}
 	return writeVerifyResult(stdout, p.format, res)
+}
+
+// writeVerifyResult prints a verify result and picks the exit status.
+func writeVerifyResult(stdout io.Writer, format string, res api.VerifyResult) error {
+	if format == formatJSON {
+		if err := writeJSONIndent(stdout, res); err != nil {
+			return err
+		}
+	} else if res.OK {
+		fmt.Fprintf(stdout, "ok: %d records, head %s\n", deref(res.Records), res.Head)
+	} else {
+		fmt.Fprintf(stdout, "damaged at seq %d: %s\n", deref(res.Seq), res.Message)
+	}
+	if !res.OK {
+		return &exitError{code: exitFailure}
+	}
+	return nil
 }
 
 // looksLikePath tells a file name from an agent id (which has no path
@@ -178,4 +145,12 @@ func verifyFile(path string, stderr io.Writer) ([]lineage.Record, error) {
 		fmt.Fprintf(stderr, "lineagec: %s: ignoring a torn last line (%d bytes without a newline)\n", path, torn)
 	}
 	return recs, err
+}
+
+// deref is *n, or 0 for nil (a server's answer that left the field out).
+func deref[T int | uint64](n *T) T {
+	if n == nil {
+		return 0
+	}
+	return *n
 }

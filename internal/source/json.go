@@ -12,15 +12,15 @@ import (
 	jt "github.com/go-json-experiment/json/jsontext"
 
 	"github.com/lineage-guard/lineage/internal/diag"
-	"github.com/lineage-guard/lineage/internal/jsontext"
+	"github.com/lineage-guard/lineage/internal/strictjson"
 )
 
 // jsonParser walks the token stream of the project's one strict JSON reader
-// (internal/jsontext: go-json-experiment's jsontext.Decoder, D230 one strict
+// (internal/strictjson: go-json-experiment's jsontext.Decoder, D230 one strict
 // JSON reader), recording where each token starts. The decoder refuses lone
 // surrogates and anything that is not JSON; duplicate names are let through
 // to the parser, which reports each with the line of the first, and numbers
-// are checked here by jsontext.NumberProblem (D231 numbers a double holds).
+// are checked here by strictjson.NumberProblem (D231 numbers a double holds).
 type jsonParser struct {
 	d     *Document
 	data  []byte
@@ -88,7 +88,7 @@ func (p *jsonParser) syntaxError(err error, start int, ptr string) {
 			p.errorAt(len(p.data), ptr, "unexpected end of input")
 			return
 		case strings.Contains(msg, "surrogate"):
-			if r, at, lone := jsontext.LoneSurrogate(p.data[start:]); lone {
+			if r, at, lone := strictjson.LoneSurrogate(p.data[start:]); lone {
 				p.errorAt(start+at, ptr, fmt.Sprintf(`lone surrogate \u%04x is not valid Unicode`, r))
 				return
 			}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/lineage-guard/lineage/internal/jsontext"
+	"github.com/lineage-guard/lineage/internal/strictjson"
 )
 
 // maxNumberLen bounds the text of one number: arbitrary-precision arithmetic
@@ -25,7 +25,7 @@ func numberProblem(s string, exact bool) string {
 	if exact {
 		return exactProblem(s)
 	}
-	if p := jsontext.NumberProblem(s); p != "" {
+	if p := strictjson.NumberProblem(s); p != "" {
 		// A request's number may travel as a string; a policy's may not.
 		return "number " + s + " " + strings.TrimSuffix(p, "; send it as a string")
 	}

@@ -6,11 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/lineage-guard/lineage"
-	"github.com/lineage-guard/lineage/client"
 )
 
 // TestBrowserFirstHour: what a new approver met in the inbox (issue 25):
@@ -25,7 +26,7 @@ func TestBrowserFirstHour(t *testing.T) {
 	ctx := context.Background()
 	const pol = `{"budget": 3, "tools": {"reconcile_ledger_entries": {"cost": 3, "requires_approval": true},
 		"wire": {"cost": 2, "requires_approval": true}, "pay": {"cost": 2}}}`
-	var c client.Created
+	var c api.Created
 	memo := strings.Repeat("settle the quarter's open items against the bank statement ", 6)
 	// One agent waits on a call that costs all it has; another on one that
 	// costs more than it has left since (a payment after the request).

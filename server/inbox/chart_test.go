@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/api"
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/runtime"
 )
@@ -64,7 +65,7 @@ func TestTimelineShowsTheNewest(t *testing.T) {
 	}
 	in := New(Backend{Runtime: rt})
 	const cookie = "test-session"
-	in.sessions[sha256.Sum256([]byte(cookie))] = &session{p: Principal{Name: "alice", Role: "approver"}, csrf: "x", expires: time.Now().Add(time.Hour)}
+	in.sessions[sha256.Sum256([]byte(cookie))] = &session{p: api.Principal{Name: "alice", Role: "approver"}, csrf: "x", expires: time.Now().Add(time.Hour)}
 	req := httptest.NewRequest("GET", "/agents/"+id, nil)
 	req.AddCookie(&http.Cookie{Name: sessionCookie, Value: cookie})
 	rec := httptest.NewRecorder()

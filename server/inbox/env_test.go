@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/internal/servertest"
 	"github.com/lineage-guard/lineage/server"
+	"github.com/lineage-guard/lineage/server/servertest"
 )
 
 // testPolicy: pay is allowed up to 100 (a minor scar above), wire waits for a person.

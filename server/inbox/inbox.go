@@ -17,24 +17,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/runtime"
 )
-
-// Principal is who a token stands for; only roles admin and approver sign in.
-type Principal struct {
-	Name string
-	Role string
-}
-
-// Verified is the result of verify (docs/log.md) for the agent page.
-type Verified struct {
-	OK      bool
-	Records int
-	Head    string
-	Seq     uint64
-	Message string
-}
 
 // Backend is what the inbox stands on: the service's runtime for reading, and
 // its own calls for everything that writes or authenticates, so that a
@@ -43,11 +30,11 @@ type Verified struct {
 type Backend struct {
 	Runtime *runtime.Runtime
 	// Authenticate returns the principal of a bearer token, or false.
-	Authenticate func(token string) (Principal, bool)
+	Authenticate func(token string) (api.Principal, bool)
 	// Present, if set, reports whether a principal is still one of the
 	// service's: the session of one removed since sign-in (serve's reload on
 	// SIGHUP) ends at its next request.
-	Present func(Principal) bool
+	Present func(api.Principal) bool
 	// Events is the service's server-sent event stream.
 	Events http.Handler
 	// Decide approves (or rejects) a pending request as the principal named by,
@@ -56,7 +43,7 @@ type Backend struct {
 	// Terminate is the kill switch, pulled by the principal named by.
 	Terminate func(ctx context.Context, by, agent, note string) error
 	// Verify is the service's verify of one agent's log.
-	Verify func(agent string) (Verified, error)
+	Verify func(agent string) (api.VerifyResult, error)
 	// Status maps an error of the runtime to an HTTP status and error code.
 	Status func(error) (int, string)
 	// Logger gets the errors of the pages; nil discards them.
@@ -116,7 +103,7 @@ type Inbox struct {
 }
 
 type session struct {
-	p       Principal
+	p       api.Principal
 	csrf    string
 	expires time.Time
 }
@@ -315,7 +302,7 @@ func (in *Inbox) signin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	token := strings.TrimSpace(r.PostFormValue("token"))
-	p, ok := Principal{}, false
+	p, ok := api.Principal{}, false
 	if token != "" && in.b.Authenticate != nil {
 		p, ok = in.b.Authenticate(token)
 	}
@@ -365,7 +352,7 @@ type page struct {
 func (s *session) Name() string { return s.p.Name }
 
 // Role is the signed-in principal's role, for the layout.
-func (s *session) Role() string { return s.p.Role }
+func (s *session) Role() string { return string(s.p.Role) }
 
 // CSRF is the session's form token, for the layout.
 func (s *session) CSRF() string { return s.csrf }

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/runtime"
 )
@@ -20,6 +22,7 @@ func pathEscape(s string) string { return url.PathEscape(s) }
 type pendingRow struct {
 	Agent, Name, RequestID, Tool, Args string
 	Cost, Remaining, Budget            int64
+	Damaged                            string // why the agent does not open; its budget is then unknown
 	At                                 time.Time
 	Approve, Reject, AgentURL          string
 }
@@ -45,35 +48,40 @@ const inboxPage = 100
 // pendingList reads one page of pending requests from the store's index (the
 // page of the request's ?cursor=), oldest first within the page, with the
 // budget of their agents: it opens only the agents on the page
-// (docs/service.md: the inbox pages the same way).
+// (docs/service.md: the inbox pages the same way). A row is listed as the
+// index has it, as the API and the CLI list it: an agent that does not open
+// shows its budget unknown and why (D395 (a pending list lists the index)).
 func (in *Inbox) pendingList(r *http.Request) ([]pendingRow, string, error) {
 	list, next, err := in.b.Runtime.ListPending(runtime.ListQuery{Cursor: r.URL.Query().Get("cursor"), Limit: inboxPage})
 	if err != nil {
 		return nil, "", err
 	}
 	rows := []pendingRow{}
-	states := map[string]*lineage.State{}
+	type opened struct {
+		st  lineage.State
+		err error
+	}
+	states := map[string]opened{}
 	for _, p := range list {
-		st, ok := states[p.Agent]
+		o, ok := states[p.Agent]
 		if !ok {
-			s, err := in.b.Runtime.State(r.Context(), p.Agent)
-			if err != nil {
+			o.st, o.err = in.b.Runtime.State(r.Context(), p.Agent)
+			if o.err != nil {
 				if r.Context().Err() != nil {
-					return nil, "", err
+					return nil, "", o.err
 				}
-				in.log.Warn("inbox: skipping an agent that does not open", "agent", p.Agent, "error", err.Error())
-			} else {
-				st = &s
+				in.log.Warn("inbox: a pending request's agent does not open", "agent", p.Agent, "error", o.err.Error())
 			}
-			states[p.Agent] = st
-		}
-		if st == nil {
-			continue
+			states[p.Agent] = o
 		}
 		base := "/agents/" + pathEscape(p.Agent) + "/requests/" + pathEscape(p.RequestID)
-		rows = append(rows, pendingRow{Agent: p.Agent, Name: p.Name, RequestID: p.RequestID, Tool: p.Tool,
-			Args: argsText(p.Args), Cost: p.Cost, Remaining: st.Remaining, Budget: st.Budget, At: p.At,
-			Approve: base + "/approve", Reject: base + "/reject", AgentURL: "/agents/" + pathEscape(p.Agent)})
+		row := pendingRow{Agent: p.Agent, Name: p.Name, RequestID: p.RequestID, Tool: p.Tool,
+			Args: argsText(p.Args), Cost: p.Cost, Remaining: o.st.Remaining, Budget: o.st.Budget, At: p.At,
+			Approve: base + "/approve", Reject: base + "/reject", AgentURL: "/agents/" + pathEscape(p.Agent)}
+		if o.err != nil {
+			row.Damaged = o.err.Error()
+		}
+		rows = append(rows, row)
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].At.Before(rows[j].At) })
 	return rows, next, nil
@@ -194,7 +202,7 @@ type agentData struct {
 	Agent, Name string
 	State       lineage.State
 	ScarLimit   int64
-	Verified    Verified
+	Verified    api.VerifyResult
 	VerifyErr   string
 	Timeline    []entry
 	Credits     chart

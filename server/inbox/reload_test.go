@@ -4,8 +4,8 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/lineage-guard/lineage/internal/servertest"
 	"github.com/lineage-guard/lineage/server"
+	"github.com/lineage-guard/lineage/server/servertest"
 )
 
 // TestReloadEndsRemovedSessions: an approver removed by a reload (serve on

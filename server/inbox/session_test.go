@@ -11,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/policy"
+	"github.com/lineage-guard/lineage/api"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store/file"
 )
@@ -34,9 +33,7 @@ func openRuntime(t *testing.T) *runtime.Runtime {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return runtime.Open(st, runtime.Options{
-		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
-	})
+	return runtime.Open(st, runtime.Options{})
 }
 
 func TestSessionsExpire(t *testing.T) {
@@ -46,8 +43,8 @@ func TestSessionsExpire(t *testing.T) {
 		Runtime:    rt,
 		SessionTTL: time.Hour,
 		Now:        clk.now,
-		Authenticate: func(token string) (Principal, bool) { // the one approver of this test
-			return Principal{Name: "alice", Role: "approver"}, token == "alice-token"
+		Authenticate: func(token string) (api.Principal, bool) { // the one approver of this test
+			return api.Principal{Name: "alice", Role: "approver"}, token == "alice-token"
 		},
 	})
 	ts := httptest.NewServer(in)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
 	"github.com/lineage-guard/lineage/runtime/store/file"
@@ -35,7 +34,6 @@ func guard(t *testing.T, st store.Store) string {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	rt := runtime.Open(st, runtime.Options{
-		Compile:    func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
 		Clock:      func() time.Time { return t0 },
 		NewAgentID: func() string { return "agt_same" },
 	})
@@ -70,9 +68,7 @@ func guard(t *testing.T, st store.Store) string {
 		t.Fatalf("Verify: %v", err)
 	}
 	// A runtime opened anew replays the log from the store.
-	if err := runtime.Open(st, runtime.Options{Compile: func(doc []byte) (*policy.Compiled, error) {
-		return compiler.Compile("", doc)
-	}}).Verify(id); err != nil {
+	if err := runtime.Open(st, runtime.Options{}).Verify(id); err != nil {
 		t.Fatalf("Verify after reopening: %v", err)
 	}
 	return id

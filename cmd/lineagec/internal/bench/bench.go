@@ -233,8 +233,6 @@ func (o *Options) defaults() {
 	}
 }
 
-func compile(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) }
-
 // Run measures everything Options asks for.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := o.check(); err != nil {
@@ -276,7 +274,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	var last, prev recordedInput // last is set by the runtime's OnDecision, on the one goroutine
-	rt := runtime.Open(memory.New(), runtime.Options{Compile: compile, OnDecision: func(digest string, in ast.Value) {
+	rt := runtime.Open(memory.New(), runtime.Options{OnDecision: func(digest string, in ast.Value) {
 		last = recordedInput{digest, in}
 	}})
 	ids := make([]string, len(agents))
@@ -349,7 +347,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	say("raw OPA: %.0f evaluations/s", res.RawOPAPerSec)
 
 	say("runtime, memory store, throughput: %d agents × %d decisions on %d goroutines", o.Agents, o.Requests, res.GOMAXPROCS)
-	trt := runtime.Open(memory.New(), runtime.Options{Compile: compile})
+	trt := runtime.Open(memory.New(), runtime.Options{})
 	truns := newRuns(o.Agents)
 	tids := make([]string, len(truns))
 	for i, a := range truns {
@@ -409,7 +407,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		frt := runtime.Open(fs, runtime.Options{Compile: compile})
+		frt := runtime.Open(fs, runtime.Options{})
 		fruns := newRuns(o.FileAgents)
 		fids := make([]string, o.FileAgents)
 		for i := range fids {

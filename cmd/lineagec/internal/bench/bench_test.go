@@ -102,7 +102,7 @@ func benchOracle(b *testing.B, w *workload) {
 
 func benchRuntime(b *testing.B, w *workload, st store.Store) {
 	ctx := context.Background()
-	rt := runtime.Open(st, runtime.Options{Compile: compile})
+	rt := runtime.Open(st, runtime.Options{})
 	var (
 		id  string
 		run *agentRun
@@ -147,7 +147,7 @@ func BenchmarkRawOPA(b *testing.B) { eachWorkload(b, benchRawOPA) }
 func benchRawOPA(b *testing.B, w *workload) {
 	ctx := context.Background()
 	var inputs []ast.Value
-	rt := runtime.Open(memory.New(), runtime.Options{Compile: compile,
+	rt := runtime.Open(memory.New(), runtime.Options{
 		OnDecision: func(_ string, in ast.Value) { inputs = append(inputs, in) }})
 	for a := 0; a < 10; a++ {
 		id, err := rt.CreateAgent(ctx, w.compiled, runtime.CreateOptions{At: genesis})

@@ -8,7 +8,7 @@ import (
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/internal/testpolicy"
+	"github.com/lineage-guard/lineage/policy/policytest"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store/memory"
 )
@@ -19,7 +19,7 @@ import (
 // compile cost is judged by (linear: ns/tool flat from 100 to 10,000 tools).
 func BenchmarkCompile(b *testing.B) {
 	for _, n := range []int{10, 100, 1000, 10000} {
-		doc := testpolicy.ManyTools(n)
+		doc := policytest.ManyTools(n)
 		b.Run(fmt.Sprintf("tools=%d", n), func(b *testing.B) {
 			ctx := context.Background()
 			cpu0 := cpuTime()
@@ -31,7 +31,7 @@ func BenchmarkCompile(b *testing.B) {
 					b.Fatal(err)
 				}
 				compiling += time.Since(t0)
-				rt := runtime.Open(memory.New(), runtime.Options{Compile: compile})
+				rt := runtime.Open(memory.New(), runtime.Options{})
 				id, err := rt.CreateAgent(ctx, c, runtime.CreateOptions{At: genesis})
 				if err != nil {
 					b.Fatal(err)

@@ -128,7 +128,7 @@ func (r *rawOPA) throughput(ctx context.Context, sample []recordedInput, perInpu
 // over the same store, and the heap growth of that loading is divided by n.
 func idleStateBytes(ctx context.Context, c *policy.Compiled, n int) (int64, error) {
 	st := memory.New()
-	rt := runtime.Open(st, runtime.Options{Compile: compile})
+	rt := runtime.Open(st, runtime.Options{})
 	ids := make([]string, n)
 	var err error
 	for i := range ids {
@@ -136,7 +136,7 @@ func idleStateBytes(ctx context.Context, c *policy.Compiled, n int) (int64, erro
 			return 0, err
 		}
 	}
-	fresh := runtime.Open(st, runtime.Options{Compile: compile})
+	fresh := runtime.Open(st, runtime.Options{})
 	if _, err := fresh.State(ctx, ids[0]); err != nil { // prepare the policy's query outside the measurement
 		return 0, err
 	}
@@ -163,7 +163,7 @@ func heap() uint64 {
 // with a fresh agent's on the same ops, and times a full replay of its log.
 func longLog(ctx context.Context, w *workload, n int, res *Result, say func(string, ...any)) error {
 	st := memory.New()
-	rt := runtime.Open(st, runtime.Options{Compile: compile})
+	rt := runtime.Open(st, runtime.Options{})
 	long, err := rt.CreateAgent(ctx, w.compiled, runtime.CreateOptions{At: genesis})
 	if err != nil {
 		return err
@@ -210,7 +210,7 @@ func longLog(ctx context.Context, w *workload, n int, res *Result, say func(stri
 	say("long log: p50 %s at %d records, fresh agent p50 %s", time.Duration(res.LongLogP50), res.LongLogRecords, time.Duration(res.FreshP50))
 
 	say("replaying %d records", res.LongLogRecords)
-	replay := runtime.Open(st, runtime.Options{Compile: compile})
+	replay := runtime.Open(st, runtime.Options{})
 	t0 := time.Now()
 	if _, err := replay.State(ctx, long); err != nil {
 		return err

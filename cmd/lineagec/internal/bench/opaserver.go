@@ -14,7 +14,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/logging"
 
-	"github.com/lineage-guard/lineage/policy"
+	lineagerego "github.com/lineage-guard/lineage/rego"
 )
 
 // ServeOPA serves the Rego modules of policyDir (its *.rego files) with
@@ -31,13 +31,13 @@ func ServeOPA(ctx context.Context, addr, policyDir string, stderr io.Writer) err
 		return fmt.Errorf("bench opa-server: no .rego file in %s", policyDir)
 	}
 	slices.Sort(files)
-	var modules []policy.Module
+	var modules []lineagerego.Module
 	for _, f := range files {
 		src, err := os.ReadFile(f)
 		if err != nil {
 			return err
 		}
-		modules = append(modules, policy.Module{Name: filepath.Base(f), Source: string(src)})
+		modules = append(modules, lineagerego.Module{Name: filepath.Base(f), Source: string(src)})
 	}
 	logger := logging.New()
 	logger.SetLevel(logging.Error)

@@ -30,6 +30,7 @@ import (
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/policy"
+	lineagerego "github.com/lineage-guard/lineage/rego"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
 	"github.com/lineage-guard/lineage/runtime/store/file"
@@ -261,7 +262,7 @@ func serveRuns(ws []*workload, agents, requests int) []*agentRun {
 func recordInputs(ctx context.Context, runs []*agentRun) ([][][]byte, Mix, error) {
 	inputs := make([][][]byte, len(runs))
 	var last []byte
-	rec := runtime.Open(memory.New(), runtime.Options{Compile: compile, OnDecision: func(_ string, in ast.Value) {
+	rec := runtime.Open(memory.New(), runtime.Options{OnDecision: func(_ string, in ast.Value) {
 		v, err := ast.JSON(in)
 		if err == nil {
 			last, err = json.Marshal(map[string]any{"input": v})
@@ -373,7 +374,7 @@ func driveFor(ctx context.Context, agents, clients int, d time.Duration, do func
 // the agents through it, and drives their decisions over HTTP with the Go
 // client: requests as agents, approvals as the admin.
 func driveService(ctx context.Context, st store.Store, hc *http.Client, runs []*agentRun, clients int, d time.Duration) ([]time.Duration, time.Duration, error) {
-	rt := runtime.Open(st, runtime.Options{Compile: compile})
+	rt := runtime.Open(st, runtime.Options{})
 	tok := server.NewToken()
 	srv, err := server.New(server.Config{Runtime: rt, Key: server.NewKey(),
 		Principals: []server.Entry{{Name: "bench", Role: server.RoleAdmin, TokenSHA256: server.TokenSHA256(tok)}}})
@@ -438,7 +439,7 @@ func driveGuard(ctx context.Context, url, tok string, hc *http.Client, runs []*a
 
 // healthFloor times n calls of GET /health of the service on a memory store.
 func healthFloor(ctx context.Context, hc *http.Client, n int) (int64, int64, error) {
-	srv, err := server.New(server.Config{Runtime: runtime.Open(memory.New(), runtime.Options{Compile: compile}), Key: server.NewKey()})
+	srv, err := server.New(server.Config{Runtime: runtime.Open(memory.New(), runtime.Options{}), Key: server.NewKey()})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -506,7 +507,7 @@ func startOPA(ctx context.Context, ws []*workload) (*opaServers, func(), error) 
 // opaHandler is OPA's own server (opa/v1/server with its plugin manager and
 // in-memory store) holding modules, the way `opa run --server` serves them;
 // logger nil is OPA's default logger.
-func opaHandler(ctx context.Context, modules []policy.Module, logger logging.Logger) (http.Handler, func(), error) {
+func opaHandler(ctx context.Context, modules []lineagerego.Module, logger logging.Logger) (http.Handler, func(), error) {
 	st := inmem.New()
 	err := storage.Txn(ctx, st, storage.WriteParams, func(txn storage.Transaction) error {
 		for _, m := range modules {

@@ -16,11 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/internal/storeclock"
-	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store/postgres"
 	"github.com/lineage-guard/lineage/runtime/store/postgres/pgtest"
@@ -72,8 +72,7 @@ func startSkewedNode(t *testing.T, db string, skew, maxErr time.Duration, useSto
 		now = local
 	}
 	rt := runtime.Open(st, runtime.Options{
-		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
-		Clock:   now,
+		Clock: now,
 	})
 	srv, err := server.New(server.Config{Runtime: rt, Principals: principals, Key: key, News: st, Clock: clk,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
@@ -263,7 +262,7 @@ func TestNodeClockUnsynced(t *testing.T) {
 	defer cancel()
 	n := skewedCluster(t, []time.Duration{0}, time.Nanosecond, true)[0]
 	_, err := n.admin.CreateAgent(ctx, json.RawMessage(`{"budget": 10}`), "bot", "")
-	var ce *client.Error
+	var ce *api.Error
 	if !errors.As(err, &ce) || ce.Status != http.StatusServiceUnavailable || ce.Code != "clock_unsynced" || !strings.Contains(ce.Message, "round trip") {
 		t.Fatalf("a write on an unsynced node: %v, want 503 clock_unsynced saying why", err)
 	}

@@ -14,12 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/anishathalye/porcupine"
 
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/client"
-	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store/postgres"
 	"github.com/lineage-guard/lineage/runtime/store/postgres/pgtest"
@@ -73,7 +73,6 @@ func startClusterURLs(t testing.TB, dbs []string) *cluster {
 			t.Fatal(err)
 		}
 		rt := runtime.Open(st, runtime.Options{
-			Compile:   func(doc []byte) (*policy.Compiled, error) { return compiler.Compile("", doc) },
 			MaxAgents: 100,
 		})
 		srv, err := server.New(server.Config{Runtime: rt, Principals: principals, Key: key, News: st})
@@ -401,7 +400,7 @@ func TestNodeOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := cls[0].Request(ctx, agent, lineage.Request{Tool: "t"}) // no id: not retried
-	var e *client.Error
+	var e *api.Error
 	if !errors.As(err, &e) || e.Status != http.StatusServiceUnavailable || e.Code != "unavailable" {
 		t.Fatalf("request while the database is down: %v, want 503 unavailable", err)
 	}

@@ -14,8 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lineage-guard/lineage/api"
+
 	"github.com/lineage-guard/lineage"
-	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/runtime/store/postgres/pgtest"
 )
 
@@ -120,7 +121,7 @@ func TestNodeConnectionCut(t *testing.T) {
 				}
 				v, err := cls[node].Request(ctx, agent, lineage.Request{ID: id, Tool: "t"})
 				id = v.RequestID
-				var e *client.Error
+				var e *api.Error
 				switch {
 				case errors.As(err, &e) && (e.Code == "unavailable" || e.Code == "unknown_outcome"):
 					mu.Lock()

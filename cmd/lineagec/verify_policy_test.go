@@ -15,7 +15,7 @@ import (
 
 // TestVerifyCompilesThePolicy: `lineagec verify` of a log whose policy record
 // no longer compiles (its digest is right) fails at seq 1, as opening the
-// agent does (docs/log.md, D53); so does one whose policy was edited.
+// agent does (docs/log.md, D53 (verify runs what open runs)); so does one whose policy was edited.
 func TestVerifyCompilesThePolicy(t *testing.T) {
 	const doc = `{"budget":5,"default_rule":null,"rate_limit":null,"rego":[],"scar_limit":10,"scar_weights":{"minor":1,"moderate":3,"severe":10},"tools":{"pay":{"cost":-1,"requires_approval":false,"when":[]}}}`
 	sum := sha256.Sum256([]byte(doc))

@@ -59,9 +59,19 @@ func (r *Runtime) view(ctx context.Context, id string) (*agent, error) {
 	return a, nil
 }
 
-// update runs op on id's agent under its lock until its outcome holds: op
-// decides from the agent's state and returns the records to append (none for
-// an answer that records nothing, or an error). Records are appended at the
+// outcome is what an operation decided on an agent's state: the verdict to
+// answer (none for a kill, whose answer is the state after it), and the
+// records that make it durable with their time (none for an answer that
+// records nothing: a retry, a refusal that is not recorded).
+type outcome struct {
+	verdict lineage.Verdict
+	at      time.Time
+	items   []item
+}
+
+// update runs op on id's agent under its lock until its outcome holds, and
+// returns the outcome's verdict: op decides from the agent's state and
+// returns its outcome (or an error). The outcome's records are appended at the
 // next seq; if another writer took it, the agent catches up and op runs
 // again. On a shared store an outcome without records is confirmed against
 // the store's tail: if records came in, op runs again on them. On any other
@@ -69,54 +79,57 @@ func (r *Runtime) view(ctx context.Context, id string) (*agent, error) {
 // acknowledged. op may run several times; only its last outcome counts.
 // done, if not nil, sees the agent (still locked) once the outcome holds
 // without an error.
-func (r *Runtime) update(ctx context.Context, id string, op func(a *agent) (time.Time, []item, error), done func(a *agent)) error {
+func (r *Runtime) update(ctx context.Context, id string, op func(a *agent) (outcome, error), done func(a *agent)) (lineage.Verdict, error) {
 	a, err := r.acquire(ctx, id)
 	if err != nil {
-		return err
+		return lineage.Verdict{}, err
 	}
 	defer a.mu.Unlock()
-	finish := func(err error) error {
-		if err == nil && done != nil {
+	finish := func(o outcome, err error) (lineage.Verdict, error) {
+		if err != nil {
+			return lineage.Verdict{}, err
+		}
+		if done != nil {
 			done(a)
 		}
-		return err
+		return o.verdict, nil
 	}
 	caughtUp := false
 	for races := 0; ; {
-		at, items, err := op(a)
-		if err != nil || len(items) == 0 {
+		o, err := op(a)
+		if err != nil || len(o.items) == 0 {
 			if !r.shared || caughtUp {
-				return finish(err)
+				return finish(o, err)
 			}
 			n, cerr := r.catchUp(ctx, a)
 			if cerr != nil {
 				r.drop(a)
-				return cerr
+				return lineage.Verdict{}, cerr
 			}
 			if caughtUp = true; n == 0 {
-				return finish(err)
+				return finish(o, err)
 			}
 			continue
 		}
 		_, span := r.start(ctx, SpanCommit)
-		err = a.append(r.store, at, items...)
+		err = a.append(r.store, o.at, o.items...)
 		endSpan(span, err)
 		if err == nil {
 			r.grew(a)
-			return finish(nil)
+			return finish(o, nil)
 		}
 		if !errors.Is(err, store.ErrSeq) {
 			r.drop(a)
-			return err
+			return lineage.Verdict{}, err
 		}
 		if races++; races > maxRaces {
-			return fmt.Errorf("agent %s: %w: the seq was taken %d times in a row; nothing was recorded", a.id, ErrContended, races)
+			return lineage.Verdict{}, fmt.Errorf("agent %s: %w: the seq was taken %d times in a row; nothing was recorded", a.id, ErrContended, races)
 		}
 		// ErrSeq: nothing was written, the state is as before. Another writer
 		// holds the seq: fold what it wrote and decide again.
 		if _, cerr := r.catchUp(ctx, a); cerr != nil {
 			r.drop(a)
-			return cerr
+			return lineage.Verdict{}, cerr
 		}
 		caughtUp = true
 	}

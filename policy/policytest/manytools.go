@@ -1,5 +1,4 @@
-// Package testpolicy writes large policies for tests and benchmarks.
-package testpolicy
+package policytest
 
 import (
 	"fmt"

@@ -1,9 +1,9 @@
-// Package jsontext is the project's one strict JSON reader (read.go: Decode,
-// Unmarshal; number.go: NumberProblem, D231 numbers a double holds). It also
+// Package strictjson is the project's one strict JSON reader (read.go: Decode,
+// Unmarshal; number.go: NumberProblem, D231 (numbers a double holds)). It also
 // keeps LoneSurrogate, which finds the escape of a lone surrogate in raw
 // JSON text: the policy and case file loader (internal/source), which reads
 // with the same decoder, uses it to point at the escape the decoder refused.
-package jsontext
+package strictjson
 
 import "strconv"
 

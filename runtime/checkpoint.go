@@ -74,7 +74,7 @@ func (r *Runtime) VerifyTail(agentID string, from, upto uint64, prev string, pre
 		f, pk := newFolded(), lineage.Kind("")
 		var compile func([]byte) (*policy.Compiled, error)
 		if r.opts.Compile != nil {
-			compile = r.compileKnown // the policy compiles to its digest (D53), once per digest
+			compile = r.compileKnown // the policy compiles to its digest (D53 (verify runs what open runs)), once per digest
 		}
 		err = r.store.Scan(agentID, func(seq uint64, line []byte) error {
 			if upto > 0 && seq >= upto {

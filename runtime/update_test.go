@@ -36,7 +36,7 @@ func nodes(n int, st store.Store) []*runtime.Runtime {
 
 // TestNodesCatchUp: a node whose append loses its seq catches up and decides
 // again; a retry, an approval and a read on a node that is behind answer
-// from every record the other node wrote (D130, D131).
+// from every record the other node wrote (D130 (a lost seq), D131 (answers without a record are confirmed)).
 func TestNodesCatchUp(t *testing.T) {
 	rt := nodes(2, memory.NewShared())
 	a, b := rt[0], rt[1]
@@ -165,7 +165,7 @@ func (p *phantom) Append(agent string, first uint64, recs ...[]byte) error {
 
 // TestAppendFailureDropsState: after an append that failed but was written,
 // the runtime acknowledges nothing and answers the next calls from the store,
-// not from the state it had (D132).
+// not from the state it had (D132 (a failed append drops the agent)).
 func TestAppendFailureDropsState(t *testing.T) {
 	st := &phantom{Store: memory.New()}
 	rt := runtime.Open(st, opts("phantom"))
@@ -186,7 +186,7 @@ func TestAppendFailureDropsState(t *testing.T) {
 }
 
 // TestAgentTableBound: beyond MaxAgents the least recently used agents leave
-// memory and come back by replaying (D134).
+// memory and come back by replaying (D134 (the agent table)).
 func TestAgentTableBound(t *testing.T) {
 	o := opts("lru")
 	o.MaxAgents = 8
@@ -216,7 +216,7 @@ func TestAgentTableBound(t *testing.T) {
 }
 
 // TestAgentTableIdle: agents unused for IdleTimeout leave memory, also when
-// no call comes (the timer), and come back on use (D134).
+// no call comes (the timer), and come back on use (D134 (the agent table)).
 func TestAgentTableIdle(t *testing.T) {
 	o := opts("idle")
 	o.IdleTimeout = 20 * time.Millisecond
@@ -269,7 +269,7 @@ func BenchmarkAgentTable100k(b *testing.B) {
 }
 
 // TestNodesClockBehind: a node whose clock is behind the last record another
-// node wrote records its request at that record's time, never earlier (D136).
+// node wrote records its request at that record's time, never earlier (D136 (clocks of several nodes)).
 func TestNodesClockBehind(t *testing.T) {
 	st := memory.NewShared()
 	oa, ob := opts("clock"), reopenOpts()

@@ -58,23 +58,9 @@ func (r *Runtime) Info(ctx context.Context, agentID string) (AgentInfo, error) {
 	if err != nil {
 		return AgentInfo{}, err
 	}
-	info := AgentInfo{Agent: agentID, Digest: a.f.digest, Policy: a.f.policyDoc, Status: a.f.status, Seq: a.f.seq}
-	a.mu.Unlock()
-	// The name is only in genesis, which the fold does not keep: read record 0.
-	err = r.store.Scan(agentID, func(seq uint64, line []byte) error {
-		var rec struct {
-			Body lineage.GenesisBody `json:"body"`
-		}
-		if err := json.Unmarshal(line, &rec); err != nil {
-			return &ChainError{Seq: seq, Reason: err.Error()}
-		}
-		info.Name = rec.Body.Name
-		return errStopScan
-	})
-	if err != nil && !errors.Is(err, errStopScan) {
-		return AgentInfo{}, fmt.Errorf("agent %s: %w", agentID, err)
-	}
-	return info, nil
+	defer a.mu.Unlock()
+	// The name is genesis's, which the fold keeps (checkActor needs it too).
+	return AgentInfo{Agent: agentID, Name: a.f.name, Digest: a.f.digest, Policy: a.f.policyDoc, Status: a.f.status, Seq: a.f.seq}, nil
 }
 
 // PendingRequest is a request that awaits a person's decision.

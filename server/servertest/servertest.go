@@ -1,4 +1,5 @@
-// Package servertest starts a real guard service on a loopback port for tests.
+// Package servertest starts a real guard service (package server) on a
+// loopback port for tests.
 //
 // It is imported by tests only, never by the packages they test.
 package servertest
@@ -11,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lineage-guard/lineage/compiler"
-	"github.com/lineage-guard/lineage/policy"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
 	"github.com/lineage-guard/lineage/runtime/store/file"
@@ -55,8 +54,8 @@ func WithConfig(edit func(*server.Config)) Option {
 // directory. Start still closes it when the test ends.
 func WithStore(st store.Store) Option { return func(o *options) { o.store = st } }
 
-// WithRuntime changes the runtime's Options before runtime.Open (Compile is
-// compiler.Compile already).
+// WithRuntime changes the runtime's Options before runtime.Open (a nil
+// Compile is the compiler's).
 func WithRuntime(edit func(*runtime.Options)) Option {
 	return func(o *options) { o.runtime = append(o.runtime, edit) }
 }
@@ -67,7 +66,7 @@ func WithHandler(wrap func(http.Handler) http.Handler) Option {
 }
 
 // Start opens a file store in a temporary directory (unless WithStore), a
-// runtime over it compiling policies with compiler.Compile, and a server with
+// runtime over it (with the compiler, runtime.Options' default), and a server with
 // an admin "root" and an approver "alice", each with a new token, and a new
 // key; it serves on a free loopback port. When the test ends the HTTP server
 // is shut down and the store closed.
@@ -86,9 +85,7 @@ func Start(t testing.TB, opts ...Option) *Service {
 		}
 		s.Store, s.File = st, st
 	}
-	ropts := runtime.Options{
-		Compile: func(doc []byte) (*policy.Compiled, error) { return compiler.CompileRecorded(doc) },
-	}
+	ropts := runtime.Options{}
 	for _, edit := range o.runtime {
 		edit(&ropts)
 	}

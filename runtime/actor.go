@@ -13,7 +13,7 @@ import (
 const MaxActorBytes = 256
 
 // checkActor refuses a name that cannot stand for a person or service apart
-// from the agent (docs/approvals.md, D52): empty, not UTF-8, over MaxActorBytes, with
+// from the agent (docs/approvals.md, D52 (approver names)): empty, not UTF-8, over MaxActorBytes, with
 // space at either end, with a control or invisible character anywhere, or the
 // agent's own id or name in any letter case. what names the field in the
 // message.

@@ -264,7 +264,7 @@ func TestScenarios(t *testing.T) {
 			},
 		},
 		{
-			name: "product note: budget exhausted terminates",
+			name: "docs/cases.md example: budget exhausted terminates",
 			p:    payWire,
 			steps: []step{
 				{req: req("pay", nil), secs: 0, decision: lineage.Allow, reason: "ok", cost: i64(1), remaining: i64(2), seq: 2, requestID: "req_2"},
@@ -284,7 +284,7 @@ func TestScenarios(t *testing.T) {
 			},
 		},
 		{
-			name: "product note: kill switch",
+			name: "docs/cases.md example: kill switch",
 			p:    payWire,
 			steps: []step{
 				{terminate: "ops", secs: 1, status: lineage.Terminated, stateSeq: 2},

@@ -181,7 +181,7 @@ func Open(msg []byte, v note.Verifier) (Checkpoint, error) {
 }
 
 // Bundle is what `lineagec checkpoint` writes: the signed note, a blank line,
-// and the hashes of the records the checkpoint covers, one a line (D81). The
+// and the hashes of the records the checkpoint covers, one a line (D81: the checkpoint file carries the record list). The
 // list is not signed: it is checked against the signed root, and lets verify
 // name the first record that changed.
 func Bundle(signed []byte, recs []lineage.Record) []byte {

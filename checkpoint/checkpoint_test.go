@@ -452,7 +452,7 @@ func TestGrowingMatchesNew(t *testing.T) {
 // TestInclusionProofOfHashes: a proof from the stored hashes against the
 // signed checkpoint is the proof from the records, checked by the merkle
 // module's verifier; hashes that are not the signed tree (a rewrite, a
-// truncation) are ErrDiverged (D204).
+// truncation) are ErrDiverged (D204: a proof from the stored hashes).
 func TestInclusionProofOfHashes(t *testing.T) {
 	recs := makeLog(t, "agt_h", "read", "pay", "read", "x", "read", "pay", "read")
 	c, err := checkpoint.New(recs[:6])

@@ -18,7 +18,7 @@ var hasher = rfc6962.DefaultHasher
 var factory = &compact.RangeFactory{Hash: hasher.HashChildren}
 
 // tree is the Merkle tree of a log: its leaves are the RFC 6962 leaf hashes
-// of the records' hashes (the 32 bytes of each "sha256:<hex>", D80).
+// of the records' hashes (the 32 bytes of each "sha256:<hex>", D80 (what a checkpoint signs)).
 //
 // Roots and proof nodes come from the merkle module's compact ranges: a
 // perfect subtree's hash is the single hash of the compact range over its

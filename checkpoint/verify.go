@@ -20,7 +20,7 @@ type Result struct {
 	Size    uint64 `json:"checkpoint_size"`
 	// Seq is the first seq where the log diverges from the checkpoint; when the
 	// checkpoint carries no record list (a bare note), a changed record can
-	// only be placed somewhere in Seq..Upto (D82). Both unset when OK.
+	// only be placed somewhere in Seq..Upto (D82: what a bare note can name). Both unset when OK.
 	Seq    *uint64 `json:"diverges_at,omitempty"`
 	Upto   *uint64 `json:"diverges_by,omitempty"`
 	Reason string  `json:"reason,omitempty"`

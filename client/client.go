@@ -275,7 +275,7 @@ func (c *Client) Policy(ctx context.Context, agent string) (digest string, polic
 // given one (NewRequestID), so that every call is retried with its id after a
 // network error or a 503, unknown_outcome included: the id makes a retry
 // safe (docs/decision-order.md step 1), and the retry answers the recorded
-// verdict or decides afresh if nothing was recorded (docs/stores.md, D351
+// verdict or decides afresh if nothing was recorded (docs/stores.md, D351 (the Go client names every request)
 // (the Go client names every request)). req.At must be zero: the server's
 // clock gives the time.
 func (c *Client) Request(ctx context.Context, agent string, req lineage.Request) (lineage.Verdict, error) {
@@ -333,7 +333,7 @@ func noteBody(note string) any {
 }
 
 // notPendingToo makes the unknown_request of an approval or a rejection
-// match lineage.ErrNotPending as well, as the runtime's error does (D303
+// match lineage.ErrNotPending as well, as the runtime's error does (D303 (approving a request never made)
 // (approving a request never made)).
 func notPendingToo(err error) error {
 	var ce *api.Error

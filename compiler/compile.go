@@ -48,7 +48,7 @@ func Compile(file string, data []byte) (*policy.Compiled, error) {
 // CompileRecorded compiles a normalized policy document read from record 1 of a
 // log (the runtime's Options.Compile). It is Compile but for one default: an
 // absent max_pending is a policy recorded before the field existed and keeps no
-// limit, so the document compiles to the digest it was recorded with (D260
+// limit, so the document compiles to the digest it was recorded with (D260 (policies recorded before max_pending keep no limit)
 // (policies recorded before max_pending keep no limit)).
 func CompileRecorded(doc []byte) (*policy.Compiled, error) {
 	d, diags := source.Load("", doc)
@@ -330,7 +330,7 @@ func checkModules(c *policy.Compiled, exts []*extension) diag.List {
 		})
 	}
 	if len(diags) == 0 {
-		c.Compiler = comp // the runtime prepares its queries on it (D61)
+		c.Compiler = comp // the runtime prepares its queries on it (D61: compiled once)
 	}
 	diags.Sort()
 	return diags

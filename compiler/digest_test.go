@@ -31,7 +31,7 @@ tools:
 `
 
 // TestDigestSpellings: every spelling of one policy has one digest and one
-// canonical document (docs/policy.md, D16).
+// canonical document (docs/policy.md, D16 (normalization)).
 func TestDigestSpellings(t *testing.T) {
 	spellings := map[string]string{
 		"yaml": basePolicy,

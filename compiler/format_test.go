@@ -23,7 +23,7 @@ func opaFmt(t *testing.T, name, src string) string {
 }
 
 // TestGeneratedIsFormatted: the Rego the compiler writes, in both its forms
-// (one chain, and the table of a large policy: D60), and the library in
+// (one chain, and the table of a large policy: D60 (a policy of more than 64 tools is a table)), and the library in
 // rego/ are exactly what `opa fmt` writes.
 func TestGeneratedIsFormatted(t *testing.T) {
 	files := testPolicies(t)

@@ -80,7 +80,7 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 		// (and the unguarded ones), in order, and a listed tool's steps end
 		// in an unconditional allow: so a request evaluates its own tool's
 		// steps and nothing else, and an unlisted one the default rule's or
-		// the denial, without a negation (D29).
+		// the denial, without a negation (D29: the generated verdict is one chain).
 		for i, name := range names {
 			r := n.Tools[name]
 			when := ""
@@ -98,7 +98,7 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 		w("# The verdict of a request or an approval: for each tool, the steps of docs/decision-order.md in order.\n")
 	} else {
 		// A table: OPA compiles each branch of a chain as a rule, which
-		// costs far more than an entry of a table (D60).
+		// costs far more than an entry of a table (D60: a policy of more than 64 tools is a table).
 		var anySchema bool
 		next, anySchema = writeTable(w, n, names, st)
 		if anySchema {
@@ -162,8 +162,8 @@ func generate(n policy.Policy, digest string, exts []*extension) string {
 	return strings.TrimRight(b.String(), "\n") + "\n"
 }
 
-// chainTools is the most tools whose verdict is one chain (D29); a policy
-// with more is written as a table (D60).
+// chainTools is the most tools whose verdict is one chain (D29: the generated verdict is one chain); a policy
+// with more is written as a table (D60: a policy of more than 64 tools is a table).
 var chainTools = 64 // a variable so that a test can compare both forms
 
 // branch is one branch of an else-chain: its value, if all its conditions hold.

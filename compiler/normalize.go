@@ -48,7 +48,7 @@ type normModule struct {
 	Source string `json:"source"`
 }
 
-// normalize fills every default of docs/policy.md (decision D16). Extension paths must
+// normalize fills every default of docs/policy.md (decision D16 (normalization)). Extension paths must
 // already be inlined (p.Rego holds sources only). recorded says the document is
 // record 1 of a log: there an absent max_pending is a policy recorded before the
 // field existed, which keeps no limit, and stays absent so that its digest is

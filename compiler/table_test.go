@@ -14,7 +14,7 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 )
 
-// TestTableMatchesChain pins D60: a policy written as a table (as every
+// TestTableMatchesChain pins D60 (a policy of more than 64 tools is a table): a policy written as a table (as every
 // policy of more than chainTools tools is) decides every input exactly as the
 // same policy written as one chain. Each test policy is compiled both ways and
 // both are evaluated over a grid of inputs around each rule's figures: every

@@ -15,7 +15,7 @@ import (
 	"github.com/lineage-guard/lineage/runtime"
 )
 
-// Genesis is the time of every case's genesis record; `at` counts from here (D9).
+// Genesis is the time of every case's genesis record; `at` counts from here (D9: conformance time).
 var Genesis = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // File is one loaded case file.
@@ -55,7 +55,7 @@ type Step struct {
 // StepRequest is a request step. Tool, ID and Args are the values as the
 // file gives them, malformed ones included (a number as tool, args an
 // array): the step then expects an error (docs/cases.md). ArgsJSON is args as JSON
-// text, decoded as the CLI and the service decode it (D54).
+// text, decoded as the CLI and the service decode it (D54: one decoder of request JSON text).
 type StepRequest struct {
 	Tool     any          `json:"tool"`
 	ID       any          `json:"id"`
@@ -256,7 +256,7 @@ func atTime(n json.Number) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("time %q has more than nanosecond precision", n)
 	}
 	if !ns.Num().IsInt64() || Genesis.Add(time.Duration(ns.Num().Int64())).After(runtime.Latest) {
-		// A time the runtime cannot hold is a malformed request (docs/decision-order.md, D50).
+		// A time the runtime cannot hold is a malformed request (docs/decision-order.md, D50 (the times the guard holds)).
 		return time.Time{}, fmt.Errorf("%w: time %q is after %s, the last the runtime holds",
 			lineage.ErrBadRequest, n, runtime.Latest.Format(time.RFC3339Nano))
 	}

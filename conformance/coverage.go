@@ -161,7 +161,7 @@ func (pc *policyCoverage) reach(tool string, v lineage.Verdict) {
 		mark(label + "\x00" + v.Reason)
 	case v.Reason == "invalid_args":
 		// The args_schema's denial; a when constraint may have chosen the
-		// same reason, and stands for it too (D314).
+		// same reason, and stands for it too (D314: a reason stands for the constraints that give it).
 		mark(label + "\x00invalid_args")
 		mark(label + "\x00when:" + v.Reason)
 	default:

@@ -66,7 +66,7 @@ func randomOps(r *rand.Rand, n int) []op {
 			now = now.Add(time.Duration(r.IntN(3)) * time.Second) // exact window edges
 		}
 		o := op{req: lineage.Request{At: now}}
-		if r.IntN(100) == 0 { // a time the runtime cannot hold (D50): an error on both sides
+		if r.IntN(100) == 0 { // a time the runtime cannot hold (D50: the times the guard holds): an error on both sides
 			o.req.At = []time.Time{time.Unix(0, 0).Add(-1), time.Date(2262, 4, 11, 23, 47, 16, 854775808, time.UTC), time.Date(2610, 1, 1, 0, 0, 0, 0, time.UTC)}[r.IntN(3)]
 		}
 		switch x := r.IntN(100); {

@@ -156,7 +156,7 @@ func (s Step) describe() string {
 	}
 }
 
-// step performs one step; now carries the time of the previous step (D9).
+// step performs one step; now carries the time of the previous step (D9: conformance time).
 func (c *Case) step(ctx context.Context, rt *runtime.Runtime, agent string, s Step, now *time.Time) (*lineage.Verdict, error) {
 	at := func(n *json.Number) (time.Time, error) {
 		if n == nil {

@@ -31,11 +31,11 @@ import (
 // It reports p50 and p99 of each, in µs, what the proxy adds to a direct call
 // (added = proxy − direct) at p50 and p99, and the proxy's own share at p50
 // once the hop and the guard's request are taken out (own = proxy − hop −
-// guard); see docs/mcp.md and decision D160. In "in-process" everything
+// guard); see docs/mcp.md and decision D160 (how the proxy's cost is measured). In "in-process" everything
 // shares one process (and one garbage collector); in "processes" direct, hop
 // and proxy are each a process of their own (this test binary again) that the
 // client reaches over stdio, the upstream inside it, as a host runs
-// `lineagec mcp` (with its GC setting, D163); the service stays in the
+// `lineagec mcp` (with its GC setting, D163 ('lineagec mcp' runs its GC at 400 %)); the service stays in the
 // benchmark's process.
 //
 //	go test ./mcpproxy -run '^$' -bench ToolsCall -benchtime 3000x

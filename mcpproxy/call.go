@@ -26,7 +26,7 @@ const (
 	// MetaVerdict holds the service's verdict on a call that was not forwarded.
 	MetaVerdict = "lineage/verdict"
 	// MetaRefusal holds {reason, …} of a call the proxy refused without a
-	// verdict (decision D115): tool_definition_changed, guard_unavailable,
+	// verdict (decision D115 (the proxy's own refusals)): tool_definition_changed, guard_unavailable,
 	// malformed_request, already_forwarded.
 	MetaRefusal = "lineage/refusal"
 )
@@ -244,7 +244,7 @@ func (p *Proxy) unavailable(name string, err error) *mcp.CallToolResult {
 		map[string]any{"tool": name, "message": err.Error()})
 }
 
-// denyText is the one sentence a model reads for a denial (§11), with the
+// denyText is the one sentence a model reads for a denial (docs/mcp.md), with the
 // credits left when the agent's state can be read.
 func (p *Proxy) denyText(ctx context.Context, tool string, v lineage.Verdict) string {
 	var st *lineage.State

@@ -1,7 +1,7 @@
 package mcpproxy
 
 // OpenCalls is the proxy's durable record of the calls whose request is
-// pending, or approved and not yet used (decision D112), for the other front
+// pending, or approved and not yet used (decision D112 (at most once)), for the other front
 // ends of the guard that continue a call's request the way the proxy does
 // (the coding-agent hook, `lineagec hook claude-code`): one JSON file per
 // agent in dir, replaced atomically under a lock.

@@ -278,7 +278,7 @@ func TestWritePinsRequiresApproval(t *testing.T) {
 	}
 }
 
-// lineagec mcp pins prints each tool's inputSchema as its args_schema (D324
+// lineagec mcp pins prints each tool's inputSchema as its args_schema (D324 (pins print the inputSchema)
 // (pins print the inputSchema)): without its draft's $schema, as one line of
 // JSON; a schema the compiler would refuse is printed as a comment with the
 // reason. The requires_approval lines stay, and the fragment compiles.

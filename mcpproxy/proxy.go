@@ -35,11 +35,11 @@ const Version = "0.1.0"
 // after its call returned.
 const progressLinger = 2 * time.Second
 
-// DefaultApprovalWait is how long a pending call waits for its decision (§11).
+// DefaultApprovalWait is how long a pending call waits for its decision (docs/mcp.md).
 const DefaultApprovalWait = 50 * time.Second
 
 // GCPercent is the garbage collector's target percentage for a process that
-// serves a proxy (decision D163). The SDK allocates a 32 KiB buffer for each
+// serves a proxy (decision D163 ('lineagec mcp' runs its GC at 400 %)). The SDK allocates a 32 KiB buffer for each
 // JSON value it decodes, several for each message, so at Go's default of 100
 // a proxy's small heap is collected every few calls, and while a call waits
 // for the guard service, the collector's idle workers take the CPU that the
@@ -193,7 +193,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	p.server.AddReceivingMiddleware(p.intercept)
 	cl := mcp.NewClient(&mcp.Implementation{Name: "lineage-mcp", Version: Version}, &mcp.ClientOptions{
 		// No roots (the SDK's default): the proxy does not relay the host's,
-		// and an empty list would tell a server there are none (D110).
+		// and an empty list would tell a server there are none (D110: what is proxied).
 		Capabilities: &mcp.ClientCapabilities{},
 		// The SDK runs notification handlers on the connection's reading
 		// loop: listing from inside one would wait for itself.
@@ -238,7 +238,7 @@ func (p *Proxy) report(format string, args ...any) {
 	fmt.Fprintf(p.errw, "lineagec mcp: "+format+"\n", args...)
 }
 
-// admits says whether the policy can admit a tool name (§11: listed, or any
+// admits says whether the policy can admit a tool name (docs/mcp.md: listed, or any
 // with a default rule).
 func (r rules) admits(name string) bool {
 	_, listed := r.tools[name]

@@ -216,7 +216,7 @@ func TestCorruptStateRefusesToStart(t *testing.T) {
 	}
 }
 
-// SetGCPercent gives the process GCPercent, unless $GOGC is set (D163).
+// SetGCPercent gives the process GCPercent, unless $GOGC is set (D163: 'lineagec mcp' runs its GC at 400 %).
 func TestSetGCPercent(t *testing.T) {
 	prev := debug.SetGCPercent(100)
 	t.Cleanup(func() { debug.SetGCPercent(prev) })
@@ -237,7 +237,7 @@ func TestSetGCPercent(t *testing.T) {
 }
 
 // The upstream gets the arguments the service decided on, re-encoded as the
-// canonical bytes the call key is made of and the record holds (D162, RFC
+// canonical bytes the call key is made of and the record holds (D162: forwarded args are the canonical bytes, RFC
 // 8785: 1.50 is 1.5), not the bytes the host sent. Arguments with a duplicate
 // key, or a number a double does not hold as written, are refused as the
 // service refuses them (the one strict reader): nothing is decided or forwarded.

@@ -265,7 +265,7 @@ func TestFilesystemTerminatedMidSession(t *testing.T) {
 	if _, err := os.Stat(target); !os.IsNotExist(err) {
 		t.Errorf("a call of a terminated agent wrote")
 	}
-	// The guard said terminated: the host is shown no tools any more (D244).
+	// The guard said terminated: the host is shown no tools any more (D244: a terminated agent's proxy lists nothing).
 	if got := h.toolNames(t); len(got) != 0 {
 		t.Errorf("tools after the kill = %v, want none", got)
 	}

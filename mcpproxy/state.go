@@ -16,7 +16,7 @@ import (
 	"github.com/lineage-guard/lineage/internal/strictjson"
 )
 
-// openCalls is the proxy's only durable state (decision D112): for one
+// openCalls is the proxy's only durable state (decision D112 (at most once)): for one
 // agent, the calls whose request is pending or approved but not yet
 // forwarded, as call key → request id, in a JSON file replaced atomically
 // (write, fsync, rename) under a lock file, so that proxies of the same agent
@@ -24,7 +24,7 @@ import (
 // out of the file before it is forwarded; only the one who takes it out
 // forwards it, which is what makes "forwarded at most once" hold.
 //
-// The file as last read or written is kept in memory (decision D161): a
+// The file as last read or written is kept in memory (decision D161 (the open calls in memory)): a
 // lookup stats the file and reads it again only when it may not be that
 // version any more. The file is only ever replaced, never written in place,
 // so another version is another file (inode), size or modification time,

@@ -11,7 +11,7 @@ import (
 // A proxy's copy of the open calls in memory follows what another proxy of
 // the same agent writes, also when the file is replaced twice between two
 // lookups by one of the same size (a freed inode reused, a modification time
-// in the same clock tick): the racy-window rule of decision D161.
+// in the same clock tick): the racy-window rule of decision D161 (the open calls in memory).
 func TestOpenCallsFollowOtherProxies(t *testing.T) {
 	dir := t.TempDir()
 	a, err := newOpenCalls(dir, "agent")
@@ -117,7 +117,7 @@ func BenchmarkOpenCallsLookup(b *testing.B) {
 // A copy trusted from memory (its file seen long after it was written) is
 // still dropped when another proxy replaces the file: the stat of the new
 // file (inode, size, modification time) differs from the kept one's, even
-// when the new file is back-dated as well (D161).
+// when the new file is back-dated as well (D161: the open calls in memory).
 func TestOpenCallsTrustedCopyFollowsAReplacement(t *testing.T) {
 	dir := t.TempDir()
 	a, err := newOpenCalls(dir, "agent")

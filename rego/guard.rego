@@ -2,11 +2,11 @@
 # each policy's verdict (docs/decision-order.md steps 3-9, in package lineage.policy: one
 # chain of branches, each tool's steps guarded by the tool; or, for more than
 # 64 tools, a table of the tools and a chain of steps per shape of rule,
-# decisions D29 and D60); this package holds what those chains call:
+# decisions D29 (the generated verdict is one chain) and D60 (a policy of more than 64 tools is a table)); this package holds what those chains call:
 #
 #   denial(reason, scar)  a denial with its scar, and the termination the scar
-#                         causes when the score reaches the limit (§4);
-#   rejection             a person's no to a pending request (§7).
+#                         causes when the score reaches the limit (docs/decision-order.md);
+#   rejection             a person's no to a pending request (docs/approvals.md).
 #
 # The input the runtime builds, whole for a policy with Rego extensions
 # (which may read any of it, docs/extensions.md):
@@ -37,11 +37,11 @@ package lineage.guard
 
 import data.lineage.policy
 
-# rejection is a person's no to a pending request (§7).
+# rejection is a person's no to a pending request (docs/approvals.md).
 rejection := {"decision": "deny", "reason": "approval_rejected", "cost": 0, "scar": "none", "weight": 0, "terminated": null}
 
 # denial is a deny with its scar; an approval re-runs the checks, but a failure
-# then is not the agent's doing (§7), so it leaves no scar.
+# then is not the agent's doing (docs/approvals.md), so it leaves no scar.
 denial(reason, scar) := {"decision": "deny", "reason": reason, "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {
 	input.mode != "request"
 } else := {"decision": "deny", "reason": reason, "cost": 0, "scar": "none", "weight": 0, "terminated": null} if {

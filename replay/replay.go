@@ -85,7 +85,7 @@ type Options struct {
 	// All keeps every act in Report.Events, not only those that differ.
 	All bool
 	// Head computes Report.Head: every replayed record is serialized and
-	// hashed as the runtime writes it (D193). Without it nothing is.
+	// hashed as the runtime writes it (D193: the head only when asked). Without it nothing is.
 	Head bool
 }
 
@@ -106,13 +106,13 @@ type Replayer struct {
 
 // New makes a Replayer for the compiled policy c.
 func New(c *policy.Compiled) *Replayer {
-	// The store is never written: scratch agents have none (D190).
+	// The store is never written: scratch agents have none (D190: replay runs on a scratch agent).
 	return &Replayer{c: c, rt: runtime.Open(memory.New(), runtime.Options{})}
 }
 
 // Run replays a verified log under the Replayer's policy. The log must be one
 // that verify passes: an action's args are taken as the canonical JSON the
-// record holds (D191).
+// record holds (D191: args as the record holds them).
 func (p *Replayer) Run(ctx context.Context, recs []lineage.Record, o Options) (*Report, error) {
 	if len(recs) < 2 || recs[0].Kind != lineage.KindGenesis || recs[1].Kind != lineage.KindPolicy {
 		return nil, fmt.Errorf("%w: a log starts with genesis and policy records", ErrBadLog)
@@ -180,7 +180,7 @@ func (p *Replayer) Run(ctx context.Context, recs []lineage.Record, o Options) (*
 				return nil, fmt.Errorf("replay: seq %d: request %q: %w", rec.Seq, b.Request.ID, a.argsErr)
 			}
 			req := runtime.CanonicalRequest{ID: b.Request.ID, Tool: b.Request.Tool, Args: a.args, At: now}
-			// An id the runtime assigned (req_<seq>, D17) is reserved: the
+			// An id the runtime assigned (req_<seq>, D17 (assigned ids)) is reserved: the
 			// replay asks without one, and approvals follow the id the replay
 			// got (seqs move when the new policy refuses an approval: it
 			// appends nothing there).
@@ -330,14 +330,14 @@ func (e *LogError) Error() string { return fmt.Sprintf("log %d: %v", e.Index, e.
 func (e *LogError) Unwrap() error { return e.Err }
 
 // assignedAt says whether id is req_<seq>, the id the runtime assigns a
-// request recorded at seq (D17).
+// request recorded at seq (D17: assigned ids).
 func assignedAt(id string, seq uint64) bool {
 	n, ok := runtime.AssignedSeq(id)
 	return ok && n == seq
 }
 
 // Same says whether two verdicts agree on everything but where they were
-// recorded: decision, reason, cost, scar and termination (D85).
+// recorded: decision, reason, cost, scar and termination (D85: when replayed verdicts differ).
 func Same(a, b lineage.Verdict) bool {
 	if a.Decision != b.Decision || a.Reason != b.Reason || a.Cost != b.Cost || a.Terminated != b.Terminated {
 		return false

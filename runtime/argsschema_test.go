@@ -12,7 +12,7 @@ import (
 )
 
 // TestArgsSchemaConcurrentAgents: agents of one policy share its engine, and
-// with it the cache where json.match_schema keeps the compiled schema (D320
+// with it the cache where json.match_schema keeps the compiled schema (D320 (argument schemas are decided in Rego)
 // (argument schemas in Rego)); requests of several agents at once are each
 // decided on their own args (run with -race).
 func TestArgsSchemaConcurrentAgents(t *testing.T) {

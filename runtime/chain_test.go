@@ -112,7 +112,7 @@ func checkFlip(t *testing.T, dir, agent string, off int, mask byte, data []byte,
 
 // TestTornTailRuntime cuts the file at every offset inside its last record
 // (from the record's first byte to just before its newline; a cut of the
-// newline alone leaves a whole record, which opens: D40): a fresh runtime
+// newline alone leaves a whole record, which opens: D40 (a damaged journal never removes an intact record)): a fresh runtime
 // opens the agent at the record before it, the chain verifies, and a new
 // request replaces the torn bytes, appends at the right seq and verifies.
 func TestTornTailRuntime(t *testing.T) {
@@ -434,7 +434,7 @@ func TestDamageFailsClosed(t *testing.T) {
 			r.Body = raw
 			l[apprIdx], _ = reseal(r, uint64(apprIdx), r.Kind, recs[apprIdx-1].Hash)
 			return rechain(l, apprIdx+1, nil)
-		}, uint64(apprIdx), false, true}, // verify refuses what the fold refuses (D53)
+		}, uint64(apprIdx), false, true}, // verify refuses what the fold refuses (D53: verify runs what open runs)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -118,7 +118,7 @@ func PrepareQuery(ctx context.Context, c *policy.Compiled, query string) (rego.P
 		rego.GenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any, error) { return t, nil }),
 	}
 	if c.Compiler != nil {
-		opts = append(opts, rego.Compiler(c.Compiler)) // compiled by the compiler's check (D61)
+		opts = append(opts, rego.Compiler(c.Compiler)) // compiled by the compiler's check (D61: compiled once)
 	} else {
 		for _, m := range c.Modules {
 			opts = append(opts, rego.Module(m.Name, m.Source))
@@ -302,7 +302,7 @@ func (e *engine) decide(ctx context.Context, m mode, in ast.Value) (decision, er
 	if err != nil && errors.As(err, &te) && te.Code == topdown.CancelErr {
 		// A machine that stalls the process (load, a pause) can make a short
 		// evaluation overrun: the evaluation is pure, so it runs once more.
-		// Rego that does too much work overruns again (D34).
+		// Rego that does too much work overruns again (D34: the evaluation deadline).
 		rs, err = e.eval(ctx, q, in)
 	}
 	if err != nil {

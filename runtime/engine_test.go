@@ -13,9 +13,9 @@ import (
 )
 
 // TestSharedCompilation: runtimes that prepare one compiled policy at once,
-// each on the compiler's own OPA compilation (D61), and decide at once, decide
+// each on the compiler's own OPA compilation (D61: compiled once), and decide at once, decide
 // as the policy says (run with -race: the compilation is shared, read only).
-// The policy is large enough to be a table (D60).
+// The policy is large enough to be a table (D60: a policy of more than 64 tools is a table).
 func TestSharedCompilation(t *testing.T) {
 	c, err := compiler.Compile("many.yaml", policytest.ManyTools(100))
 	if err != nil {

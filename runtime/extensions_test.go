@@ -88,7 +88,7 @@ func TestRuntimeRefusesForbiddenBuiltins(t *testing.T) {
 			edited := *c
 			edited.Modules = append(edited.Modules[:0:0], c.Modules...)
 			// Built by hand: no compilation of the compiler's own comes with
-			// it (Compiled.Compiler is the compilation of Modules, D61).
+			// it (Compiled.Compiler is the compilation of Modules, D61 (compiled once)).
 			edited.Compiler = nil
 			found := false
 			for i, m := range edited.Modules {

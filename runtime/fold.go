@@ -21,7 +21,7 @@ import (
 // window of allowed times as a ring of the last max_actions.
 type folded struct {
 	agent       string
-	name        string // the genesis name, which no approver may take (D52)
+	name        string // the genesis name, which no approver may take (D52: approver names)
 	seq         uint64
 	head        string
 	lastAt      time.Time
@@ -34,7 +34,7 @@ type folded struct {
 	calls       map[string]int64
 	pending     map[string]lineage.RecordedRequest
 	// seen holds the requests with ids callers gave, auto those with ids the
-	// runtime assigned (req_<seq>, D17) in seq order: most requests have one,
+	// runtime assigned (req_<seq>, D17 (assigned ids)) in seq order: most requests have one,
 	// and an append costs no hashing and no map growth however long the log.
 	// Values, not pointers: long logs hold millions, and the GC traces fewer objects.
 	seen map[string]seenRequest
@@ -52,7 +52,7 @@ type folded struct {
 }
 
 // seenRequest is what a retry needs: the request's fingerprint (to detect an
-// id_conflict) and the verdict that is current for it (D2).
+// id_conflict) and the verdict that is current for it (D2: retries).
 type seenRequest struct {
 	fingerprint [32]byte
 	verdict     lineage.Verdict
@@ -64,7 +64,7 @@ type autoSeen struct {
 	seenRequest
 }
 
-// assignedSeq returns n if id is req_<n> as the runtime writes it (D17).
+// assignedSeq returns n if id is req_<n> as the runtime writes it (D17: assigned ids).
 func assignedSeq(id string) (uint64, bool) {
 	digits, ok := strings.CutPrefix(id, "req_")
 	if !ok || digits == "" || (digits[0] == '0' && len(digits) > 1) {
@@ -189,7 +189,7 @@ func (f *folded) fold(rec lineage.Record, body any, canonArgs []byte) error {
 		f.owed = b.Verdict.Terminated
 	case *lineage.TerminationBody:
 		f.status, f.termination, f.owed = lineage.Terminated, b.Reason, ""
-		clear(f.pending) // D11: pending requests are void
+		clear(f.pending) // D11 (pending is void at termination): pending requests are void
 	default:
 		return fmt.Errorf("unknown record body %T", body)
 	}

@@ -143,7 +143,7 @@ func TestRecordFormat(t *testing.T) {
 }
 
 // TestRecordBodies pins the bodies of action, approval and caused termination
-// records (docs/log.md table, D1, D6, D15, D17).
+// records (docs/log.md table, D1 (cost), D6 (termination time), D15 (a request without 'args' is recorded with 'args: {}'), D17 (assigned ids)).
 func TestRecordBodies(t *testing.T) {
 	rt := runtime.Open(newMem(), opts("bodies"))
 	c := mustCompileYAML(t, "budget: 3\ntools: {pay: {cost: 1}, wire: {cost: 2, requires_approval: true}}\n")
@@ -202,7 +202,7 @@ tools:
     when: [{expr: "args.ok == true", reason: not_ok, scar: minor}]
 `)
 	agent := mustCreate(t, rt, c, runtime.CreateOptions{Name: tricky})
-	// Names of people may not hold controls or invisible characters (D52).
+	// Names of people may not hold controls or invisible characters (D52: approver names).
 	const trickyName = "<a href=\"x\">&amp;</a> \\ / 😀 \uFFFD é e\u0301"
 	args := map[string]any{
 		tricky: tricky, "\U0001F600": 1, "\uFFFD": 2, "\u00e9": 3, "e\u0301": 4, "": "", "a": []any{tricky, nil, true, 1.5, math.Copysign(0, -1), 5e-324, 1e-7, 123456.789},

@@ -467,8 +467,8 @@ func VerifyLog(scan func(fn func(seq uint64, line []byte) error) error, compile 
 
 // foldChecked folds one opened record into f after the checks replay and
 // verify share: the body decodes and is canonical, the time is one the
-// runtime holds (D50), and a policy record's digest is that of its document
-// and, when compile is given, of the document compiled again (D53). It
+// runtime holds (D50: the times the guard holds), and a policy record's digest is that of its document
+// and, when compile is given, of the document compiled again (D53: verify runs what open runs). It
 // returns the compiled policy of a policy record.
 func foldChecked(f *folded, rec lineage.Record, compile func(doc []byte) (*policy.Compiled, error)) (*policy.Compiled, error) {
 	seq := rec.Seq

@@ -66,7 +66,7 @@ func validToolName(s string) bool {
 	return true
 }
 
-// reservedID reports whether id has the form req_<digits> (D17), which the
+// reservedID reports whether id has the form req_<digits> (D17: assigned ids), which the
 // runtime assigns.
 func reservedID(id string) bool {
 	digits, ok := strings.CutPrefix(id, "req_")

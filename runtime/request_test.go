@@ -74,7 +74,7 @@ func noTrace(t *testing.T, rt *runtime.Runtime, st store.Store, agent, what stri
 }
 
 // TestMalformedRequests: malformed requests are bad_request errors and leave
-// no trace (docs/decision-order.md, D18).
+// no trace (docs/decision-order.md, D18 (errors, in order)).
 func TestMalformedRequests(t *testing.T) {
 	st := newMem()
 	rt := runtime.Open(st, opts("bad"))
@@ -138,7 +138,7 @@ func TestMalformedRequests(t *testing.T) {
 	}
 	for _, tc := range bad {
 		noTrace(t, rt, st, agent, tc.name, func() {
-			tc.req.At = sec(2) // the last record's time: fine (D7)
+			tc.req.At = sec(2) // the last record's time: fine (D7: time never goes backwards)
 			v, err := rt.Request(bg, agent, tc.req)
 			if !errors.Is(err, lineage.ErrBadRequest) {
 				t.Errorf("%s: got verdict %+v, error %v; want bad_request", tc.name, v, err)
@@ -146,12 +146,12 @@ func TestMalformedRequests(t *testing.T) {
 		})
 	}
 
-	// Time backwards is its own error; the same time is fine (D7).
+	// Time backwards is its own error; the same time is fine (D7: time never goes backwards).
 	noTrace(t, rt, st, agent, "time backwards", func() {
 		if _, err := rt.Request(bg, agent, lineage.Request{Tool: "pay", At: sec(1.5)}); !errors.Is(err, lineage.ErrTimeBackwards) {
 			t.Errorf("time backwards: %v", err)
 		}
-		// D18: a malformed request is bad_request even when its time is also wrong.
+		// D18 (errors, in order): a malformed request is bad_request even when its time is also wrong.
 		if _, err := rt.Request(bg, agent, lineage.Request{Tool: "pay now", At: sec(1.5)}); !errors.Is(err, lineage.ErrBadRequest) {
 			t.Errorf("malformed and backwards: %v, want bad_request", err)
 		}
@@ -263,7 +263,7 @@ func TestParseArgs(t *testing.T) {
 }
 
 // TestRetries: a retry returns the current verdict and seq and appends nothing
-// (docs/decision-order.md step 1, D2, D3, D4, D17).
+// (docs/decision-order.md step 1, D2 (retries), D3 (id conflicts), D4 (refusals that are not recorded), D17 (assigned ids)).
 func TestRetries(t *testing.T) {
 	st := newMem()
 	rt := runtime.Open(st, opts("retry"))
@@ -314,7 +314,7 @@ func TestRetries(t *testing.T) {
 	conflict("args on an assigned id", lineage.Request{ID: "req_3", Tool: "pay", Args: map[string]any{"x": 1}})
 	conflict("number as a string", lineage.Request{ID: "r1", Tool: "pay", Args: map[string]any{"n": "1", "s": "x"}})
 
-	// After approval, a retry returns the approval's verdict and seq (D2).
+	// After approval, a retry returns the approval's verdict and seq (D2: retries).
 	va, err := rt.Approve(bg, agent, runtime.Approval{RequestID: "w1", By: "alice", At: sec(6)})
 	if err != nil {
 		t.Fatal(err)
@@ -324,7 +324,7 @@ func TestRetries(t *testing.T) {
 		t.Errorf("approval verdict %+v, want seq 6", va)
 	}
 	// After termination, retries are still answered; new requests are denied
-	// terminated with seq 0 and the id as given (D4).
+	// terminated with seq 0 and the id as given (D4: refusals that are not recorded).
 	if _, err := rt.Terminate(bg, agent, runtime.Kill{By: "ops", At: sec(7)}); err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +355,7 @@ func TestRetries(t *testing.T) {
 }
 
 // TestApprovals: approve and reject, their records, and their errors in the
-// order D18 gives.
+// order D18 (errors, in order) gives.
 func TestApprovals(t *testing.T) {
 	st := newMem()
 	rt := runtime.Open(st, opts("appr"))
@@ -431,7 +431,7 @@ func TestApprovals(t *testing.T) {
 	apErr("approve twice", approve("w1", "alice", 3), lineage.ErrNotPending)
 	apErr("reject after approve", reject("w1", "bob", 3), lineage.ErrNotPending)
 
-	// Approval re-runs the checks: 1 credit left, wire costs 2 → deny, no scar (D10).
+	// Approval re-runs the checks: 1 credit left, wire costs 2 → deny, no scar (D10: approval re-check).
 	v, err = rt.Approve(bg, agent, runtime.Approval{RequestID: "w2", By: "bob", At: sec(3)})
 	if err != nil {
 		t.Fatal(err)
@@ -451,7 +451,7 @@ func TestApprovals(t *testing.T) {
 		t.Errorf("after deny and reject: %+v", state)
 	}
 
-	// Termination voids w4 (D11); everything afterwards is sealed, in D18 order.
+	// Termination voids w4 (D11: pending is void at termination); everything afterwards is sealed, in D18 (errors, in order) order.
 	if _, err := rt.Terminate(bg, agent, runtime.Kill{By: "ops", At: sec(4)}); err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +477,7 @@ func TestApprovals(t *testing.T) {
 	}
 }
 
-// TestTerminateErrors: the kill switch on a live agent (D13, D18).
+// TestTerminateErrors: the kill switch on a live agent (D13: 'terminate' on a terminated agent is an error ('sealed'), D18 (errors, in order)).
 func TestTerminateErrors(t *testing.T) {
 	st := newMem()
 	rt := runtime.Open(st, opts("kill"))

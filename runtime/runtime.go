@@ -44,7 +44,7 @@ type Options struct {
 	// EvalDeadline bounds each evaluation of a policy (docs/extensions.md); zero means
 	// DefaultEvalDeadline (100 ms). An evaluation over it runs once more; an
 	// extension over it again denies extension_error, so it holds an agent
-	// for at most about twice the deadline (D34).
+	// for at most about twice the deadline (D34: the evaluation deadline).
 	EvalDeadline time.Duration
 	// MaxAgents bounds the agents held in memory: beyond it the least
 	// recently used leave, and come back by replaying their logs when next
@@ -147,7 +147,7 @@ func (r *Runtime) engineFor(ctx context.Context, c *policy.Compiled) (*engine, e
 // unless this runtime already prepared an engine for a policy of the same
 // digest: the digest is the hash of the document's bytes, and compiling is
 // deterministic, so that document compiles to its digest again (the check of
-// D53 holds) and an agent reopened after it left the table (MaxAgents,
+// D53 (verify runs what open runs) holds) and an agent reopened after it left the table (MaxAgents,
 // IdleTimeout) costs a replay, not a compilation.
 func (r *Runtime) compileKnown(doc []byte) (*policy.Compiled, error) {
 	r.mu.Lock()
@@ -359,7 +359,7 @@ func (a *agent) append(st store.Store, at time.Time, items ...item) error {
 	return nil
 }
 
-// Earliest and Latest bound the times the runtime takes (D50): every time it
+// Earliest and Latest bound the times the runtime takes (D50: the times the guard holds): every time it
 // keeps must be exact as a record's at, in the rate window and as at_ns, int64
 // nanoseconds since 1970 that are never negative. Latest is the last
 // nanosecond int64 holds (2262-04-11T23:47:16.854775807Z).
@@ -379,7 +379,7 @@ func recordable(at time.Time) error {
 }
 
 // timeFor resolves a request's time: the given one, which must not be earlier
-// than the last record (D7), or the clock, held at the last record's time if
+// than the last record (D7: time never goes backwards), or the clock, held at the last record's time if
 // the clock stepped back.
 func (r *Runtime) timeFor(a *agent, at time.Time) (time.Time, error) {
 	if at.IsZero() {
@@ -434,7 +434,7 @@ func (r *Runtime) request(ctx context.Context, a *agent, cr *checkedRequest, req
 				return outcome{}, fmt.Errorf("%w: request id %q was used before with another tool or other args", lineage.ErrIDConflict, cr.id)
 			}
 			if seen.verdict.Decision == lineage.Pending && a.f.status == lineage.Terminated {
-				// Still pending when the agent was terminated: void (D51).
+				// Still pending when the agent was terminated: void (D51: retries come before time checks; void pending answers terminated).
 				return outcome{verdict: lineage.Verdict{Decision: lineage.Deny, Reason: "terminated", RequestID: cr.id}}, nil
 			}
 			return outcome{verdict: seen.verdict}, nil
@@ -447,14 +447,14 @@ func (r *Runtime) request(ctx context.Context, a *agent, cr *checkedRequest, req
 	if err != nil {
 		return outcome{}, err
 	}
-	// Step 2: a sealed log takes nothing more (D4).
+	// Step 2: a sealed log takes nothing more (D4: refusals that are not recorded).
 	if a.f.status == lineage.Terminated {
 		return outcome{verdict: lineage.Verdict{Decision: lineage.Deny, Reason: "terminated", RequestID: cr.id}}, nil
 	}
 	seq := a.f.seq + 1
 	id := cr.id
 	if id == "" {
-		id = "req_" + strconv.FormatUint(seq, 10) // unique: callers cannot use this form (D17)
+		id = "req_" + strconv.FormatUint(seq, 10) // unique: callers cannot use this form (D17: assigned ids)
 	}
 	in, err := a.eng.input(modeRequest, id, cr.tool, cr, at, a.f)
 	if err != nil {
@@ -522,7 +522,7 @@ func CheckNote(note string) error {
 	return nil
 }
 
-// Approve allows a pending request if docs/decision-order.md steps 3–7 still pass now (§7).
+// Approve allows a pending request if docs/decision-order.md steps 3–7 still pass now (docs/approvals.md).
 func (r *Runtime) Approve(ctx context.Context, agentID string, ap Approval) (lineage.Verdict, error) {
 	return r.decidePending(ctx, agentID, ap, modeApprove)
 }

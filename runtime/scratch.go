@@ -15,7 +15,7 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 )
 
-// Scratch is an agent on no store, for replay (package replay, D190): its
+// Scratch is an agent on no store, for replay (package replay, D190 (replay runs on a scratch agent)): its
 // acts are decided exactly as the runtime decides any agent's (the same
 // decision steps, the compiled policy's prepared query of this runtime's
 // engine) and its records folded by the one fold, but nothing is written,
@@ -86,7 +86,7 @@ type CanonicalArgs struct{ b []byte }
 // CheckArgs checks a request's args given as JSON, as a log records them:
 // exactly what checkRequest accepts once they are decoded (checkArgsJSON).
 // It reads nothing but b, so a replay checks the next records' args while
-// the runtime decides (D192). nil means none ({}); b is kept, not copied.
+// the runtime decides (D192: the args checks, by a scan). nil means none ({}); b is kept, not copied.
 func CheckArgs(b []byte) (CanonicalArgs, error) {
 	if b == nil || string(b) == "{}" {
 		return CanonicalArgs{}, nil
@@ -137,7 +137,7 @@ func (s *Scratch) checkCanonical(req CanonicalRequest) (*checkedRequest, error) 
 // accepts once they are decoded (numbers as json.Number): a JSON object, at
 // most MaxArgsDepth levels deep, whose numbers checkNumber accepts. It scans
 // the bytes instead of decoding them; anything it refuses is decoded and
-// checked by checkValue, for the error that names where (D192).
+// checked by checkValue, for the error that names where (D192: the args checks, by a scan).
 // TestCheckArgsJSON holds the two equal.
 func checkArgsJSON(b []byte) error {
 	if ok := scanArgs(b); !ok {
@@ -221,7 +221,7 @@ func (s *Scratch) Terminate(k Kill) error {
 	return s.commit(o.at, o.items)
 }
 
-// AssignedSeq returns n if id is req_<n> as the runtime assigns it (D17):
+// AssignedSeq returns n if id is req_<n> as the runtime assigns it (D17: assigned ids):
 // the id of a request recorded at seq n without one.
 func AssignedSeq(id string) (uint64, bool) { return assignedSeq(id) }
 

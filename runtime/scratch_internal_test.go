@@ -12,7 +12,7 @@ import (
 
 // TestCheckArgsJSON: the scan of canonical args accepts exactly what
 // checkValue accepts once they are decoded, and a refusal names the same
-// fault (D192).
+// fault (D192: the args checks, by a scan).
 func TestCheckArgsJSON(t *testing.T) {
 	deep := func(n int) string { return strings.Repeat(`{"a":`, n) + "1" + strings.Repeat("}", n) }
 	deepArray := func(n int) string { return `{"a":` + strings.Repeat("[", n-1) + strings.Repeat("]", n-1) + "}" }

@@ -14,7 +14,7 @@ import (
 // TestScratchDecidesAsTheRuntime: a scratch agent given the acts of a real
 // agent (args as canonical JSON) answers each with the same verdict or the
 // same error, and ends in the same state with the same head: the log it
-// would have written is the real one (D190).
+// would have written is the real one (D190: replay runs on a scratch agent).
 func TestScratchDecidesAsTheRuntime(t *testing.T) {
 	c := mustCompileYAML(t, samplePolicy)
 	rt := runtime.Open(newMem(), opts("scratch"))

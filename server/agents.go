@@ -59,7 +59,7 @@ func (s *Server) createAgent(w http.ResponseWriter, r *http.Request, _ api.Princ
 
 // regoPaths refuses extension modules given by path: over the network a
 // policy inlines its Rego as source, so that a caller can never make the
-// server read its own files (D74).
+// server read its own files (D74: policies over the network inline their Rego).
 func regoPaths(doc []byte) diag.List {
 	var p struct {
 		Rego []map[string]json.RawMessage `json:"rego"`

@@ -223,7 +223,7 @@ func agentMAC(key []byte, agent string) []byte {
 
 // agentToken is the token of an agent: its id and the MAC of it under the
 // first key of the ring, so any node holding that key checks it without a
-// stored copy (D71).
+// stored copy (D71: agent tokens are an HMAC, not a stored hash).
 func (a *authority) agentToken(agent string) string {
 	b := append([]byte(agent), agentMAC(a.keys[0], agent)...)
 	return agentPrefix + base64.RawURLEncoding.EncodeToString(b)

@@ -24,18 +24,18 @@ import (
 // one record at GET /v1/agents/{agent}/proof/{seq}, when the server has a
 // checkpoint key (Config.CheckpointSigner, `serve --checkpoint-key`).
 //
-// Checkpoints are signed as logs grow (D200): the runtime tells the server of
+// Checkpoints are signed as logs grow (D200: signed as logs grow): the runtime tells the server of
 // each append (runtime.LogWatch), and a signer goroutine per growing agent,
 // off the request path, reads the new records from the store, verifies them
-// strictly chained to the head of the last checkpoint (D201), extends the
+// strictly chained to the head of the last checkpoint (D201: the new records, strictly, from the signed head), extends the
 // agent's Merkle state (a compact range of O(log n) hashes) and signs, at
-// most once per Config.CheckpointInterval (D202). A GET serves the latest
+// most once per Config.CheckpointInterval (D202: coalesced). A GET serves the latest
 // note from memory; it waits only for records acknowledged before it that
-// are not signed yet, and asks for them at once (D203). The server never
+// are not signed yet, and asks for them at once (D203: a GET waits for what was acknowledged before it). The server never
 // signs a log that does not extend its last checkpoint of the agent, and a
 // proof, which reads every record's hash, is refused when they are not the
-// signed tree (D152, D204). An agent's range leaves memory with the agent
-// (D205).
+// signed tree (D152: a log must extend the server's last checkpoint, D204 (a proof from the stored hashes)). An agent's range leaves memory with the agent
+// (D205: memory).
 
 // DefaultCheckpointInterval is the least time between two signatures of one
 // agent's growing log (Config.CheckpointInterval zero).
@@ -53,7 +53,7 @@ type signedLogs struct {
 }
 
 // signedLog is one agent's: its last signed checkpoint and note (a few
-// hundred bytes, kept as long as the server runs, for D152) and, while the
+// hundred bytes, kept as long as the server runs, for D152 (a log must extend the server's last checkpoint)) and, while the
 // runtime holds the agent, its Merkle state.
 type signedLog struct {
 	agent   string
@@ -278,7 +278,7 @@ func (s *Server) bringUp(sl *signedLog) {
 			}
 		}
 	}
-	// The state stays while the runtime holds the agent (D205).
+	// The state stays while the runtime holds the agent (D205: memory).
 	if err == nil && s.rt.IsLoaded(sl.agent) {
 		sl.state.Store(st)
 		if sl.drops.Load() != drops {
@@ -305,13 +305,13 @@ func (s *Server) bringUp(sl *signedLog) {
 // without changing sl's: verified from genesis when the server first meets
 // the log, rebuilt from the stored hashes (checked against the last
 // checkpoint) when it left memory, and from there the new records verified
-// strictly, chained to the head (D201).
+// strictly, chained to the head (D201: the new records, strictly, from the signed head).
 //
 // Past the first meeting only the first upto records are read: the log's length the runtime
 // acknowledged, whose records it folded with the checks that span records
 // (an approval names a pending request), which a tail verify cannot run. A
 // record past it, written to a shared store by another node or by anyone
-// else, is signed once this runtime has folded it (D201).
+// else, is signed once this runtime has folded it (D201: the new records, strictly, from the signed head).
 func (s *Server) extend(sl *signedLog, last *checkpoint.Checkpoint, upto uint64) (*merkleState, error) {
 	agent := sl.agent
 	cur := sl.state.Load()
@@ -546,7 +546,7 @@ func (s *Server) proof(w http.ResponseWriter, r *http.Request, _ api.Principal) 
 		return newError(api.CodeUnknownRecord, fmt.Sprintf("record %d is not in the tree of size %d (seq 0..%d)", seq, size, size-1))
 	}
 	// The tree's hashes from the store, chain-checked, never strictly
-	// re-verified; they must be the signed tree (D204).
+	// re-verified; they must be the signed tree (D204: a proof from the stored hashes).
 	hashes := make([]string, 0, n)
 	err = s.rt.ChainHashes(agent, n, func(_ uint64, hash string, _ lineage.Kind) error {
 		hashes = append(hashes, hash)

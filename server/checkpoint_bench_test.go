@@ -14,7 +14,7 @@ import (
 // BenchmarkCheckpointHTTP is one GET …/checkpoint and one GET …/proof/{seq}
 // through the real client on the file store, for logs of n records, side by
 // side with what the same answers cost before checkpoints were signed as
-// logs grew (D151: the whole log read and strictly verified each time, done
+// logs grew (D151 (signed as logs grow, served from memory): the whole log read and strictly verified each time, done
 // here in process, without HTTP):
 //
 //   - grown: one request, then its checkpoint (the GET waits for the new
@@ -115,7 +115,7 @@ func BenchmarkCheckpointHTTP(b *testing.B) {
 
 // BenchmarkRequestCheckpointKey is the request path through the real client
 // on the file store, without a checkpoint key and with one (every request
-// then makes the server sign, coalesced, off the request path: D200), side
+// then makes the server sign, coalesced, off the request path: D200 (signed as logs grow)), side
 // by side.
 func BenchmarkRequestCheckpointKey(b *testing.B) {
 	policy := []byte(`{"budget": 1000000000, "tools": {"pay": {"cost": 1}}}`)

@@ -77,7 +77,7 @@ func (e *env) metric(name string) float64 {
 }
 
 // TestCheckpointsSignedAsTheLogGrows: with no GET at all, the server signs a
-// checkpoint that covers the new records shortly after they are written (D200).
+// checkpoint that covers the new records shortly after they are written (D200: signed as logs grow).
 func TestCheckpointsSignedAsTheLogGrows(t *testing.T) {
 	e, verifier := startGrowing(t, 0, 0)
 	agent, bot := e.agent()
@@ -109,7 +109,7 @@ func TestCheckpointsSignedAsTheLogGrows(t *testing.T) {
 }
 
 // TestCheckpointsCoalesce: appends within the interval are signed together,
-// and a GET asks for what it needs at once (D202, D203).
+// and a GET asks for what it needs at once (D202: coalesced, D203 (a GET waits for what was acknowledged before it)).
 func TestCheckpointsCoalesce(t *testing.T) {
 	e, verifier := startGrowing(t, time.Hour, 0)
 	agent, _ := e.agent()
@@ -177,7 +177,7 @@ func forgeRecord(t *testing.T, e *env, agent string, k int) {
 // TestProofRefusesARewrittenOldRecord: a record under the latest checkpoint
 // rewritten and re-hashed on disk is caught by the next proof, which builds
 // the tree from the stored hashes and compares its root with the signed one,
-// without verifying the old records strictly again (D204, D152).
+// without verifying the old records strictly again (D204: a proof from the stored hashes, D152 (a log must extend the server's last checkpoint)).
 func TestProofRefusesARewrittenOldRecord(t *testing.T) {
 	e, verifier := startGrowing(t, time.Hour, 0)
 	agent, bot := e.agent()
@@ -200,9 +200,9 @@ func TestProofRefusesARewrittenOldRecord(t *testing.T) {
 }
 
 // TestRewriteWhileUnloadedIsCaught: an agent that left the runtime's memory
-// leaves its Merkle state too (D205); rebuilt from the stored hashes when its
+// leaves its Merkle state too (D205: memory); rebuilt from the stored hashes when its
 // log grows again, it must match the last checkpoint, so a rewrite made
-// meanwhile is named, not signed (D152).
+// meanwhile is named, not signed (D152: a log must extend the server's last checkpoint).
 func TestRewriteWhileUnloadedIsCaught(t *testing.T) {
 	e, verifier := startGrowing(t, time.Hour, 1)
 	agent, bot := e.agent()
@@ -231,7 +231,7 @@ func TestRewriteWhileUnloadedIsCaught(t *testing.T) {
 }
 
 // TestCheckpointRangesFollowTheRuntime: Merkle states are kept only for the
-// agents the runtime holds, however many grow (D205).
+// agents the runtime holds, however many grow (D205: memory).
 func TestCheckpointRangesFollowTheRuntime(t *testing.T) {
 	e, verifier := startGrowing(t, 0, 2)
 	var agents []string

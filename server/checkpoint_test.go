@@ -243,9 +243,9 @@ func TestCheckpointWithoutKey(t *testing.T) {
 
 // TestCheckpointRefusesARewrittenLog: once the server signed a checkpoint of
 // a log, a log rewritten on disk and re-hashed (its chain valid, its length
-// the same, so the store does not notice) is named, not signed (D152): the
-// new records do not follow the signed head (D201). While the log has not
-// grown the server serves the note it signed and reads nothing (D203). The
+// the same, so the store does not notice) is named, not signed (D152: a log must extend the server's last checkpoint): the
+// new records do not follow the signed head (D201: the new records, strictly, from the signed head). While the log has not
+// grown the server serves the note it signed and reads nothing (D203: a GET waits for what was acknowledged before it). The
 // interval is long, so the new record is read when the GET asks for it,
 // after the rewrite.
 func TestCheckpointRefusesARewrittenLog(t *testing.T) {

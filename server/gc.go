@@ -3,7 +3,7 @@ package server
 import "github.com/lineage-guard/lineage/internal/gogc"
 
 // GCPercent is the garbage collector's target percentage for a process that
-// serves the guard (decision D221). A decision over HTTP allocates about
+// serves the guard (decision D221 ('lineagec serve' runs its GC at 400)). A decision over HTTP allocates about
 // 24 KiB, client and server together (`go test ./server -run '^$' -bench
 // RequestHTTP -benchmem`), against a small live heap, so at Go's default of
 // 100 the service collects often; at 400 the heap may grow to five times

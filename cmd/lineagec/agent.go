@@ -82,7 +82,7 @@ func runAgentCreate(ctx context.Context, p agentCreateParams, _ []string, stdout
 	}
 	// Compiled here first: an invalid policy creates nothing, not even the
 	// data directory; the problems name file:line:col; and the guard gets
-	// the normalized document, extensions inlined (D74).
+	// the normalized document, extensions inlined (D74: policies over the network inline their Rego).
 	r := compileFile(p.policy)
 	if !r.Valid {
 		return invalidPolicy(r, stderr)

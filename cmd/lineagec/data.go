@@ -21,7 +21,7 @@ import (
 // session is an open store and the runtime over it: the data directory's
 // File store (which holds the directory's lock: shared for readers,
 // exclusive for a writer), or, with --store, the PostgreSQL store that serve
-// nodes share (D180).
+// nodes share (D180: '--store' for the agent commands).
 type session struct {
 	where string // the data directory, or "the PostgreSQL store"
 	st    store.Store
@@ -96,7 +96,7 @@ func openSession(g *globalParams, how access) (*session, error) {
 
 // openSharedSession opens the PostgreSQL store at url. Other nodes may write
 // to it meanwhile: the runtime catches up with their records before it
-// answers or appends (SPEC §12), as a serve node does.
+// answers or appends (docs/stores.md), as a serve node does.
 func openSharedSession(url string) (*session, error) {
 	st, err := postgres.Open(context.Background(), url, postgres.Options{})
 	if err != nil {

@@ -92,7 +92,7 @@ are kept in --state-dir (default: the user's cache directory, lineage/hook).
 
 --settings prints the .claude/settings.json fragment that installs the hook.
 Exit status: always 0, the answer being on stdout (--settings: 1 on an error).`,
-		// Arguments are checked in RunE: a misused hook answers deny (D271).
+		// Arguments are checked in RunE: a misused hook answers deny (D271: the hook never fails open).
 		Args: cobra.ArbitraryArgs,
 		// The root refuses --server for commands it does not list; the hook
 		// takes --server and opens no store itself.

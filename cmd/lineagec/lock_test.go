@@ -89,7 +89,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestLockWait (D43): a command that finds the data directory locked by
+// TestLockWait (D43: lock waits say so): a command that finds the data directory locked by
 // another process says so before it waits (the directory and the holder's
 // pid and command), gives up after --lock-timeout with exit 1 and a message
 // naming the holder, and goes on once the holder lets go.

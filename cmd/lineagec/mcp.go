@@ -57,7 +57,7 @@ proxy restarts.
 ` + exitCodesHelp,
 		Args: argsUsage(cobra.ArbitraryArgs),
 		// The root's checks refuse --server for commands they do not list;
-		// the proxy takes --server, and opens no store itself (D222).
+		// the proxy takes --server, and opens no store itself (D222: 'lineagec mcp' refuses '--store' and '--data').
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			for _, name := range []string{"store", "data"} {
 				if cmd.Flags().Changed(name) {
@@ -115,7 +115,7 @@ func runMCP(ctx context.Context, p mcpParams, args []string, stdin io.Reader, st
 	if err != nil {
 		return err
 	}
-	mcpproxy.SetGCPercent() // the proxy's latency (D163)
+	mcpproxy.SetGCPercent() // the proxy's latency (D163: 'lineagec mcp' runs its GC at 400 %)
 	proxy, err := mcpproxy.New(ctx, mcpproxy.Config{Guard: guard, Upstream: up, ApprovalWait: p.wait,
 		StateDir: p.stateDir, Stderr: stderr})
 	if err != nil {

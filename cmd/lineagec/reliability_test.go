@@ -276,7 +276,7 @@ func (g *loadRig) problems() (map[string][]lineage.Record, []string) {
 	for _, a := range g.acks {
 		recs, ok := logs[a.agent]
 		if a.v.Reason == "terminated" && !a.approval {
-			// deny terminated: nothing appended (§4 step 2), and the log is sealed
+			// deny terminated: nothing appended (docs/decision-order.md step 2), and the log is sealed
 			if !ok || recs[len(recs)-1].Kind != lineage.KindTermination {
 				bad("agent %s: %s was denied terminated, but the log is not sealed", a.agent, a.id)
 			}

@@ -128,7 +128,7 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 	if p.store == "" {
 		p.store = os.Getenv("LINEAGE_STORE")
 	}
-	server.SetGCPercent() // CPU a decision (D221)
+	server.SetGCPercent() // CPU a decision (D221: 'lineagec serve' runs its GC at 400)
 	if p.cpuProfile != "" {
 		stop, err := benchSetup(-1, p.cpuProfile)
 		if err != nil {

@@ -75,7 +75,7 @@ func runStoreInit(ctx context.Context, p storeInitParams, stdout io.Writer) erro
 }
 
 // storeCommands are the commands that take the global --store: every one that
-// opens an agent's log (openSession). The others refuse it (D180).
+// opens an agent's log (openSession). The others refuse it (D180: '--store' for the agent commands).
 var storeCommands = map[string]bool{
 	"lineagec agent create": true, "lineagec agent list": true, "lineagec request": true,
 	"lineagec pending": true, "lineagec approve": true, "lineagec reject": true,

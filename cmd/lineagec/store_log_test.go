@@ -190,7 +190,7 @@ func TestLogStoreExport(t *testing.T) {
 
 // TestStoreFlagConflicts: --store excludes --data and --server, and a
 // command that opens no log refuses it; an explicit --data beats
-// $LINEAGE_STORE (D180). None of this reaches a database.
+// $LINEAGE_STORE (D180: '--store' for the agent commands). None of this reaches a database.
 func TestStoreFlagConflicts(t *testing.T) {
 	const nowhere = "postgres://nobody@127.0.0.1:1/none?connect_timeout=1"
 	for _, c := range []struct {
@@ -203,7 +203,7 @@ func TestStoreFlagConflicts(t *testing.T) {
 		{[]string{"check", "--store", nowhere, "p.yaml"}, "lineagec check does not use a store (--store)"},
 		{[]string{"key", "generate", "--store", nowhere}, "lineagec key generate does not use a store (--store)"},
 		{[]string{"state", "--store", "", "agt_x"}, `--store "" names no store`},
-		// The MCP proxy takes --server and opens no store (D222).
+		// The MCP proxy takes --server and opens no store (D222: 'lineagec mcp' refuses '--store' and '--data').
 		{[]string{"mcp", "--store", nowhere, "--", "true"}, "lineagec mcp opens no store (--store)"},
 		{[]string{"mcp", "--data", t.TempDir(), "--", "true"}, "lineagec mcp opens no store (--data)"},
 		{[]string{"mcp", "pins", "--store", nowhere, "--", "true"}, "lineagec mcp pins opens no store (--store)"},
@@ -224,7 +224,7 @@ func TestStoreFlagConflicts(t *testing.T) {
 	}
 }
 
-// TestStoreGrants is SPEC §12's "Writing needs only SELECT and INSERT", with
+// TestStoreGrants is docs/stores.md's "Writing needs only SELECT and INSERT", with
 // the grants of docs/stores.md, read from the page, and nothing else (the page
 // revokes PUBLIC's default rights on the database and the schema): the owner
 // runs store init; a writer
@@ -364,7 +364,7 @@ func TestServeNodesShareKeys(t *testing.T) {
 	if code != exitOK || line == "" {
 		t.Fatalf("token: exit %d, %q, %s", code, out, stderr)
 	}
-	// The line pastes as it is under "principals:" (D305).
+	// The line pastes as it is under "principals:" (D305: the token's line pastes as a list item).
 	if err := os.WriteFile(authFile, []byte("principals:\n"+line+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +392,7 @@ func TestServeNodesShareKeys(t *testing.T) {
 }
 
 // TestStoreCommandsBothWays runs the same CLI session on a data directory and
-// on the PostgreSQL store: every command of D180 answers the same, exit
+// on the PostgreSQL store: every command of D180 ('--store' for the agent commands) answers the same, exit
 // status and output, once agent ids, times and hashes are masked.
 func TestStoreCommandsBothWays(t *testing.T) {
 	url := pgtest.URL(t)

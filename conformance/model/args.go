@@ -13,10 +13,10 @@ import (
 const maxArgsDepth = 32
 
 // normalizeArgs turns a request's args into the JSON value the log records:
-// absent args are {} (D15), and any Go value is what its JSON encoding decodes to
+// absent args are {} (D15: a request without 'args' is recorded with 'args: {}'), and any Go value is what its JSON encoding decodes to
 // (objects map[string]any, arrays []any, numbers json.Number with the text
 // encoding/json writes, strings, bools, nil). A json.Number keeps its text: "1"
-// and "1.0" stay different texts (an int and a double for CEL, §5), although they
+// and "1.0" stay different texts (an int and a double for CEL, docs/policy.md), although they
 // are the same JSON value for id comparisons (jsonEqual).
 //
 // Refused (the request is malformed, docs/decision-order.md):
@@ -103,7 +103,7 @@ func numberValue(n json.Number) float64 {
 }
 
 // jsonEqual reports whether two normalized args values are the same JSON value,
-// the comparison D3 makes for id conflicts ("canonical JSON").
+// the comparison D3 (id conflicts) makes for id conflicts ("canonical JSON").
 //
 // Choice: canonical JSON is RFC 8785 (docs/log.md), whose numbers are IEEE-754
 // doubles, so two numbers are equal iff they round to the same float64: 1, 1.0,

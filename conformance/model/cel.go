@@ -58,7 +58,7 @@ func (typesLib) ProgramOptions() []cel.ProgramOption { return nil }
 type constraint struct {
 	expr     string
 	reason   string
-	severity lineage.Severity // "" for scar none (D5)
+	severity lineage.Severity // "" for scar none (D5: scar none)
 	prg      cel.Program
 }
 

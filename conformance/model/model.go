@@ -55,7 +55,7 @@ type rule struct {
 }
 
 // entry is what the model remembers of one recorded request: the request as
-// recorded and the verdict that is current for it (D2).
+// recorded and the verdict that is current for it (D2: retries).
 type entry struct {
 	req     lineage.RecordedRequest // Args normalized (see normalizeArgs)
 	verdict lineage.Verdict
@@ -213,7 +213,7 @@ func compileRule(env *celEnv, ptr string, tr policy.ToolRule) (*rule, error) {
 // Request decides one request (docs/decision-order.md). req.At must be set.
 //
 // Errors (nothing is recorded, nothing changes), checked in this order:
-// ErrBadRequest (zero At or one outside 1970…2262-04-11 (D50), empty tool, tool
+// ErrBadRequest (zero At or one outside 1970…2262-04-11 (D50: the times the guard holds), empty tool, tool
 // name not matching the pattern, args that are not JSON, with a number outside
 // float64's range, or nested deeper than 32 levels), ErrIDConflict (a retry is
 // answered before the time check), ErrTimeBackwards (At before the last
@@ -240,7 +240,7 @@ func (m *Model) Request(req lineage.Request) (lineage.Verdict, error) {
 		return lineage.Verdict{}, err
 	}
 
-	// Step 1: a retry returns the current verdict of the earlier request (D2, D3),
+	// Step 1: a retry returns the current verdict of the earlier request (D2: retries, D3 (id conflicts)),
 	// before any time check: an exact retry is answered whatever its at.
 	// Choice: only a caller-given id is looked up; a request without an id is a
 	// new request (see below for the id it gets).
@@ -250,7 +250,7 @@ func (m *Model) Request(req lineage.Request) (lineage.Verdict, error) {
 				return lineage.Verdict{}, fmt.Errorf("model: request id %q was used with another tool or other args: %w", req.ID, lineage.ErrIDConflict)
 			}
 			if e.verdict.Decision == lineage.Pending && m.termination != "" {
-				// Pending when the agent was terminated: void (docs/decision-order.md step 1, D51).
+				// Pending when the agent was terminated: void (docs/decision-order.md step 1, D51 (retries come before time checks; void pending answers terminated)).
 				return lineage.Verdict{Decision: lineage.Deny, Reason: reasonTerminated, RequestID: req.ID}, nil
 			}
 			return copyVerdict(e.verdict), nil
@@ -264,7 +264,7 @@ func (m *Model) Request(req lineage.Request) (lineage.Verdict, error) {
 			t.UTC().Format(time.RFC3339Nano), m.last.UTC().Format(time.RFC3339Nano), lineage.ErrTimeBackwards)
 	}
 
-	// Step 2: a terminated agent refuses everything; nothing is appended (D4).
+	// Step 2: a terminated agent refuses everything; nothing is appended (D4: refusals that are not recorded).
 	// Choice: Terminated is "" here: the field says what this verdict caused.
 	if m.termination != "" {
 		return lineage.Verdict{Decision: lineage.Deny, Reason: reasonTerminated, RequestID: req.ID}, nil
@@ -273,7 +273,7 @@ func (m *Model) Request(req lineage.Request) (lineage.Verdict, error) {
 	seq := m.seq + 1
 	id := req.ID
 	if id == "" {
-		// Callers cannot send ids of this form (D17), so it is unique.
+		// Callers cannot send ids of this form (D17: assigned ids), so it is unique.
 		id = fmt.Sprintf("req_%d", seq)
 	}
 	v := lineage.Verdict{RequestID: id, Seq: seq}
@@ -305,7 +305,7 @@ func (m *Model) Request(req lineage.Request) (lineage.Verdict, error) {
 		m.pending[id] = e
 	}
 
-	// After the action record: terminations (docs/decision-order.md, D6).
+	// After the action record: terminations (docs/decision-order.md, D6 (termination time)).
 	if v.Scar != nil {
 		m.scarScore += v.Scar.Weight
 		m.scars[v.Scar.Severity]++
@@ -323,7 +323,7 @@ func (m *Model) Request(req lineage.Request) (lineage.Verdict, error) {
 	return copyVerdict(v), nil
 }
 
-// Approve approves a pending request (docs/approvals.md, D8, D10): steps 3-7 of §4 run
+// Approve approves a pending request (docs/approvals.md, D8 (approvals are windowed at approval time), D10 (approval re-check)): steps 3-7 of docs/decision-order.md run
 // again at time at against the current state; if one fails the verdict is a deny
 // with that check's reason and no scar, otherwise an allow (charged, counted,
 // windowed at at), which may terminate the agent with budget_exhausted. One
@@ -390,8 +390,8 @@ func (m *Model) decide(id, approver string, at time.Time, approve bool) (lineage
 	return copyVerdict(v), nil
 }
 
-// Terminate is the kill switch (docs/approvals.md, D13): it appends a termination record
-// with reason killed at time at and voids every pending request (D11).
+// Terminate is the kill switch (docs/approvals.md, D13 ('terminate' on a terminated agent is an error ('sealed'))): it appends a termination record
+// with reason killed at time at and voids every pending request (D11: pending is void at termination).
 //
 // Errors, checked in this order: ErrBadRequest (by not a goodName, zero time),
 // ErrTimeBackwards, ErrSealed (already terminated).
@@ -420,7 +420,7 @@ func (m *Model) Terminate(by string, at time.Time) error {
 	return nil
 }
 
-// State returns the folded state (docs/decision-order.md#folded-state, D14) as a deep copy. Head is "": the
+// State returns the folded state (docs/decision-order.md#folded-state, D14 ('scars' always has the three keys 'minor', 'moderate', 'severe')) as a deep copy. Head is "": the
 // model has no hashes. Seq is the seq of the last record.
 func (m *Model) State() lineage.State {
 	m.mu.Lock()
@@ -500,7 +500,7 @@ func (m *Model) check(tool string, args map[string]any, t time.Time) (r *rule, r
 	return r, "", "", true
 }
 
-// inWindow counts the allowed actions with at in (t - window, t]. D7: an action
+// inWindow counts the allowed actions with at in (t - window, t]. D7 (time never goes backwards): an action
 // at a counts iff t - window < a, in integer nanoseconds. Times never go
 // backwards, so every kept time is <= t and only the lower bound matters; the
 // model keeps the last maxActions allowed times, which is all the comparison
@@ -515,7 +515,7 @@ func (m *Model) inWindow(t time.Time) int64 {
 }
 
 // charge makes an allowed action count: cost spent, one call of tool, t in the
-// window (step 9; for approvals D8: at the approval's time).
+// window (step 9; for approvals D8 (approvals are windowed at approval time): at the approval's time).
 func (m *Model) charge(tool string, cost int64, t time.Time) {
 	m.spent += cost
 	m.calls[tool]++
@@ -530,8 +530,8 @@ func (m *Model) charge(tool string, cost int64, t time.Time) {
 func (m *Model) remaining() int64 { return m.budget - m.spent }
 
 // terminate appends a termination record at time at and seals the agent; its
-// pending requests are void (D11). Their entries keep their pending verdict, which
-// is what a retry returns (D2).
+// pending requests are void (D11: pending is void at termination). Their entries keep their pending verdict, which
+// is what a retry returns (D2: retries).
 func (m *Model) terminate(reason lineage.Termination, at time.Time) {
 	m.seq++
 	m.last = at

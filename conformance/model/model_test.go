@@ -11,13 +11,13 @@ import (
 	"github.com/lineage-guard/lineage/policy"
 )
 
-// genesis is the runner's genesis time (D9).
+// genesis is the runner's genesis time (D9: conformance time).
 var genesis = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // at is genesis + secs seconds (fractions allowed, as in case files).
 func at(secs float64) time.Time { return genesis.Add(time.Duration(secs * float64(time.Second))) }
 
-// normalize fills the defaults of docs/policy.md / D16 the way the compiler does.
+// normalize fills the defaults of docs/policy.md / D16 (normalization) the way the compiler does.
 func normalize(p policy.Policy) policy.Policy {
 	if p.ScarLimit == nil {
 		l := int64(policy.DefaultScarLimit)
@@ -216,7 +216,7 @@ func TestScenarios(t *testing.T) {
 		state func(t *testing.T, s lineage.State)
 	}{
 		{
-			name: "§4 three unlisted-tool attempts leave 9, the fourth terminates",
+			name: "decision order: three unlisted-tool attempts leave 9, the fourth terminates",
 			p:    policy.Policy{Budget: 10},
 			steps: []step{
 				{req: req("x", nil), secs: 1, decision: lineage.Deny, reason: "unlisted_tool", scar: "moderate", scarScore: i64(3), seq: 2, status: lineage.Alive},
@@ -224,7 +224,7 @@ func TestScenarios(t *testing.T) {
 				{req: req("x", nil), secs: 3, decision: lineage.Deny, reason: "unlisted_tool", scar: "moderate", scarScore: i64(9), seq: 4, status: lineage.Alive},
 				{req: req("x", nil), secs: 4, decision: lineage.Deny, reason: "unlisted_tool", scar: "moderate", scarScore: i64(12),
 					terminated: lineage.ScarLimitReached, seq: 5, requestID: "req_5", stateSeq: 6, status: lineage.Terminated},
-				// Step 2: nothing appended, seq 0, request_id as given (D4).
+				// Step 2: nothing appended, seq 0, request_id as given (D4: refusals that are not recorded).
 				{req: req("x", nil), secs: 5, decision: lineage.Deny, reason: "terminated", scar: "none", requestID: "", stateSeq: 6},
 				{req: reqID("late", "x", nil), secs: 5, decision: lineage.Deny, reason: "terminated", requestID: "late", stateSeq: 6},
 			},
@@ -238,7 +238,7 @@ func TestScenarios(t *testing.T) {
 			},
 		},
 		{
-			name: "§4 one severe incident terminates at once",
+			name: "decision order: one severe incident terminates at once",
 			p:    never("severe"),
 			steps: []step{
 				{req: req("bad", nil), secs: 1, decision: lineage.Deny, reason: "never", scar: "severe", scarScore: i64(10),
@@ -264,7 +264,7 @@ func TestScenarios(t *testing.T) {
 			},
 		},
 		{
-			name: "§9 budget exhausted terminates",
+			name: "docs/cases.md example: budget exhausted terminates",
 			p:    payWire,
 			steps: []step{
 				{req: req("pay", nil), secs: 0, decision: lineage.Allow, reason: "ok", cost: i64(1), remaining: i64(2), seq: 2, requestID: "req_2"},
@@ -284,7 +284,7 @@ func TestScenarios(t *testing.T) {
 			},
 		},
 		{
-			name: "§9 kill switch",
+			name: "docs/cases.md example: kill switch",
 			p:    payWire,
 			steps: []step{
 				{terminate: "ops", secs: 1, status: lineage.Terminated, stateSeq: 2},
@@ -373,7 +373,7 @@ func TestScenarios(t *testing.T) {
 				{approve: "w", secs: 3, decision: lineage.Deny, reason: "insufficient_budget", scar: "none", cost: i64(0),
 					scarScore: i64(0), remaining: i64(1), status: lineage.Alive, seq: 4, requestID: "w"},
 				{approve: "w", secs: 4, err: lineage.ErrNotPending},
-				// Retrying the request returns the approval's verdict (D2).
+				// Retrying the request returns the approval's verdict (D2: retries).
 				{req: reqID("w", "wire", nil), secs: 5, decision: lineage.Deny, reason: "insufficient_budget", seq: 4, stateSeq: 4},
 			},
 			state: func(t *testing.T, s lineage.State) {
@@ -427,7 +427,7 @@ func TestScenarios(t *testing.T) {
 				{approve: "w", secs: 4, decision: lineage.Allow, seq: 4, remaining: i64(1)},
 				{req: reqID("w", "wire", nil), secs: 5, decision: lineage.Allow, reason: "ok", cost: i64(1), seq: 4, stateSeq: 4, remaining: i64(1)},
 				{req: reqID("last", "pay", nil), secs: 6, decision: lineage.Allow, terminated: lineage.BudgetExhausted, seq: 5, stateSeq: 6},
-				// Step 1 comes before step 2: retries are answered after termination (D2).
+				// Step 1 comes before step 2: retries are answered after termination (D2: retries).
 				{req: reqID("last", "pay", nil), secs: 7, decision: lineage.Allow, terminated: lineage.BudgetExhausted, seq: 5, stateSeq: 6},
 				{req: reqID("a", "pay", map[string]any{"n": json.Number("1e0"), "s": "x"}), secs: 7, decision: lineage.Allow, seq: 2},
 				{req: reqID("a", "pay", map[string]any{"n": json.Number("2"), "s": "x"}), secs: 7, err: lineage.ErrIDConflict},

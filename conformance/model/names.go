@@ -12,14 +12,14 @@ import (
 )
 
 // SetName gives the agent the name its genesis record carries: no approver
-// may take it (D52).
+// may take it (D52: approver names).
 func (m *Model) SetName(name string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.name = name
 }
 
-// goodName is docs/approvals.md's approver (and kill switch) name, D52: not empty,
+// goodName is docs/approvals.md's approver (and kill switch) name, D52 (approver names): not empty,
 // valid UTF-8 of at most 256 bytes, no white space at either end, no
 // character of categories Cc, Cf, Zl, Zp and no other default-ignorable code
 // point, and neither the agent's id nor its name in any letter case.
@@ -40,7 +40,7 @@ func (m *Model) goodName(s string) bool {
 	return !strings.EqualFold(s, m.agent) && (m.name == "" || !strings.EqualFold(s, m.name))
 }
 
-// holdable is D50: the runtime keeps times as int64 nanoseconds since 1970,
+// holdable is D50 (the times the guard holds): the runtime keeps times as int64 nanoseconds since 1970,
 // never negative; any other time is a malformed request.
 func holdable(t time.Time) error {
 	if t.Before(time.Unix(0, 0)) || t.After(time.Unix(0, math.MaxInt64)) {

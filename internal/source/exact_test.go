@@ -10,7 +10,7 @@ import (
 
 // TestExactMemberNamesEveryKind: in each kind of file internal/source reads
 // (a policy, a case file, an auth file), a member spelled with other capitals
-// is an unknown field at its own pointer, never the field (D232 member names
+// is an unknown field at its own pointer, never the field (D232 (member names matched exactly) member names
 // matched exactly; D370 one reader for policies and case files).
 func TestExactMemberNamesEveryKind(t *testing.T) {
 	for _, c := range []struct{ schema, file, src, want string }{
@@ -35,7 +35,7 @@ func TestExactMemberNamesEveryKind(t *testing.T) {
 
 // TestLoadWithNumbers: a deferred number problem does not fail the load and
 // comes back from Validate on the Sub that holds it, rebased; an exact
-// number is kept as written; elsewhere the D231 rule fails the load.
+// number is kept as written; elsewhere the D231 (numbers a double holds) rule fails the load.
 func TestLoadWithNumbers(t *testing.T) {
 	src := "policy:\n  budget: 3\n  tools:\n    pay: {cost: 100.000000000000001}\nat: 7456146436.854775807\ncases: []\n"
 	opts := LoadOptions{

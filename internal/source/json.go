@@ -16,7 +16,7 @@ import (
 )
 
 // jsonParser walks the token stream of the project's one strict JSON reader
-// (internal/strictjson: go-json-experiment's jsontext.Decoder, D230 one strict
+// (internal/strictjson: go-json-experiment's jsontext.Decoder, D230 (one strict JSON reader) one strict
 // JSON reader), recording where each token starts. The decoder refuses lone
 // surrogates and anything that is not JSON; duplicate names are let through
 // to the parser, which reports each with the line of the first, and numbers

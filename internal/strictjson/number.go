@@ -5,7 +5,7 @@ import (
 	"strconv"
 )
 
-// NumberProblem says what is wrong with the JSON number literal s under D231
+// NumberProblem says what is wrong with the JSON number literal s under D231 (numbers a double holds)
 // (numbers a double holds): the shortest decimal that identifies its nearest
 // double (the form RFC 8785 writes) must have the same value as s, compared
 // digit by digit, never after rounding; and an integer beyond ±2^53 is not

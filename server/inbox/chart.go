@@ -17,7 +17,7 @@ type point struct {
 // chart is a step chart drawn on the server as SVG: the x axis is the order
 // of the records (seq), the y axis the running total, with a limit line (the
 // budget, the scar limit). Every number is in the DOM as text and as data
-// attributes, so that a test or a screen reader reads what is drawn (D124).
+// attributes, so that a test or a screen reader reads what is drawn (D124: the charts).
 type chart struct {
 	ID, Title, LimitLabel string
 	Points                []point
@@ -96,7 +96,7 @@ func newChart(id, title string, pts []point, limit int64, limitLabel string) cha
 
 // maxPoints is the most points a chart draws: a long log keeps its first
 // point, its last, and the records where the total changed, evenly thinned
-// if there are still too many (D129).
+// if there are still too many (D129: long logs).
 const maxPoints = 500
 
 func thin(pts []point, most int) []point {

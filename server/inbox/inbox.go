@@ -54,11 +54,11 @@ type Backend struct {
 	Now func() time.Time
 }
 
-// DefaultSessionTTL is the lifetime of a session (D121).
+// DefaultSessionTTL is the lifetime of a session (D121: sessions).
 const DefaultSessionTTL = 8 * time.Hour
 
 // Patterns are the routes the inbox serves; the service mounts each on its mux.
-// None starts with /v1/: the API and the inbox never share a path (D120).
+// None starts with /v1/: the API and the inbox never share a path (D120: where the inbox lives).
 var Patterns = []string{
 	"GET /{$}",
 	"GET /signin",
@@ -234,7 +234,7 @@ func (in *Inbox) staff(h func(http.ResponseWriter, *http.Request, *session)) htt
 	}
 }
 
-// staffPost is staff for a form: it also needs the session's CSRF token (D122).
+// staffPost is staff for a form: it also needs the session's CSRF token (D122: CSRF).
 func (in *Inbox) staffPost(h func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		s := in.current(r)
@@ -282,7 +282,7 @@ func (in *Inbox) signinPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // signinForm renders the sign-in form with a fresh double-submit token: the
-// form's field must equal the cookie (D122).
+// form's field must equal the cookie (D122: CSRF).
 func (in *Inbox) signinForm(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	tok := randomToken()
 	http.SetCookie(w, in.cookie(r, signinCookie, tok, 3600))
@@ -428,7 +428,7 @@ func (in *Inbox) decide(w http.ResponseWriter, r *http.Request, s *session, appr
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
-// terminate pulls the kill switch; the form must say it means it (D125).
+// terminate pulls the kill switch; the form must say it means it (D125: the kill switch asks first).
 func (in *Inbox) terminate(w http.ResponseWriter, r *http.Request, s *session) {
 	agent := r.PathValue("agent")
 	if r.PostFormValue("confirm") != "yes" {

@@ -28,7 +28,7 @@ type pendingRow struct {
 }
 
 // argsText is a request's args as JSON text: the encoder does not escape
-// HTML (the template does), so `<` shows as `<`, not as \u003c (D126).
+// HTML (the template does), so `<` shows as `<`, not as \u003c (D126: agent strings are text).
 func argsText(args map[string]any) string {
 	if len(args) == 0 {
 		return "{}"
@@ -112,7 +112,7 @@ func (in *Inbox) pendingPage(w http.ResponseWriter, r *http.Request, s *session)
 }
 
 // pendingRows is the body of the pending table alone: the script fetches it
-// when an event says the list changed (D127).
+// when an event says the list changed (D127: live updates).
 func (in *Inbox) pendingRows(w http.ResponseWriter, r *http.Request, s *session) {
 	rows, _, err := in.pendingList(r)
 	if err != nil {
@@ -263,7 +263,7 @@ func (in *Inbox) agentPage(w http.ResponseWriter, r *http.Request, s *session) {
 	for _, rec := range recs {
 		d.Timeline = append(d.Timeline, tl.add(rec))
 	}
-	// Newest first reads best, and only the newest maxTimeline (D129); the
+	// Newest first reads best, and only the newest maxTimeline (D129: long logs); the
 	// charts keep the order of the log.
 	for i, j := 0, len(d.Timeline)-1; i < j; i, j = i+1, j-1 {
 		d.Timeline[i], d.Timeline[j] = d.Timeline[j], d.Timeline[i]
@@ -278,7 +278,7 @@ func (in *Inbox) agentPage(w http.ResponseWriter, r *http.Request, s *session) {
 }
 
 // timeline turns records into timeline entries and the two series of the
-// charts: the credits and scar weights the recorded verdicts carry (D124).
+// charts: the credits and scar weights the recorded verdicts carry (D124: the charts).
 type timeline struct {
 	spent, scars  []point
 	spentN, scarN int64

@@ -63,7 +63,7 @@ type committer struct {
 	// logged is where each log holds the records of the journal's entries
 	// since the last checkpoint (the kept part aside): a checkpoint empties
 	// the journal only once every log is seen to hold them, so that a log cut
-	// back or edited under the store never loses the journal's copy (D250
+	// back or edited under the store never loses the journal's copy (D250 (a journal outlives a log that lost its records)
 	// (a journal outlives a log that lost its records)).
 	logged map[*fileLog][]loggedRun
 }

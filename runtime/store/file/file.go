@@ -569,7 +569,7 @@ func (s *Store) Append(agent string, firstSeq uint64, recs ...[]byte) (err error
 		b = make([]byte, 0, total+len(recs))
 	}
 	if l.nl {
-		b = append(b, '\n') // the last record's missing newline (D40)
+		b = append(b, '\n') // the last record's missing newline (D40: a damaged journal never removes an intact record)
 	}
 	for _, r := range recs {
 		b = append(b, r...)
@@ -627,7 +627,7 @@ func (s *Store) Append(agent string, firstSeq uint64, recs ...[]byte) (err error
 }
 
 // appendFirst writes the first records of an empty log so that a crash at
-// any moment leaves the log empty or holding all of them (D41): they go to a
+// any moment leaves the log empty or holding all of them (D41: crash-safe create): they go to a
 // temporary file, which is synced and renamed over the empty log, and the
 // directory is synced. The caller holds l.mu; no Scan is reading l.f.
 func (s *Store) appendFirst(l *fileLog, recs [][]byte) error {
@@ -817,7 +817,7 @@ func (s *Store) createdHere(agent string) bool {
 
 // Agents implements store.Store: the ids of the logs in the directory and
 // its shard directories, but for empty ones that this store did not create:
-// an empty log is a Create whose first records never became durable (D41).
+// an empty log is a Create whose first records never became durable (D41: crash-safe create).
 func (s *Store) Agents() ([]string, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
@@ -830,7 +830,7 @@ func (s *Store) Agents() ([]string, error) {
 	var ids []string
 	for id, lf := range d.logs {
 		if info, err := lf.ent.Info(); err != nil || info.Size() == 0 && !s.createdHere(id) {
-			continue // gone since, or an empty log: a create that never got its first records (D41)
+			continue // gone since, or an empty log: a create that never got its first records (D41: crash-safe create)
 		}
 		ids = append(ids, id)
 	}

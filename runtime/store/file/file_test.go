@@ -79,7 +79,7 @@ func TestFileReopen(t *testing.T) {
 	s = openFile(t, dir, Options{})
 	defer s.Close()
 	// An empty log is a create whose first records never became durable
-	// (D41): not listed, though it can still be read and appended to.
+	// (D41: crash-safe create): not listed, though it can still be read and appended to.
 	ids, err := s.Agents()
 	if err != nil || strings.Join(ids, ",") != "agt_a,agt_b" {
 		t.Fatalf("Agents() = %q, %v", ids, err)
@@ -677,7 +677,7 @@ func TestFileCrash(t *testing.T) {
 }
 
 // TestFileMissingNewline: a final record that lacks only its newline is a
-// whole record (D40): Scan passes it, ScanFile (what verify of a file reads)
+// whole record (D40: a damaged journal never removes an intact record): Scan passes it, ScanFile (what verify of a file reads)
 // agrees, and the next Append writes the newline before its records, in
 // every sync mode; a crash after that append (the journal replayed) keeps it.
 func TestFileMissingNewline(t *testing.T) {
@@ -746,7 +746,7 @@ func copyDir(t testing.TB, src, dst string) {
 	}
 }
 
-// The create-crash test (docs/log.md, D41): a child process (this test binary
+// The create-crash test (docs/log.md, D41 (crash-safe create)): a child process (this test binary
 // again) creates agents as the runtime does (Create, then one Append of
 // genesis and policy) until it is killed with SIGKILL at a random moment;
 // after each kill the next writer opens the store, and every agent it lists

@@ -107,7 +107,7 @@ func (s *Store) checkIndex(x *index.Index, logs logDirs) *index.Index {
 		}
 		if _, ok := s.damaged[agent]; !ok && size == 0 {
 			x.Remove(agent)
-			continue // an empty log: a create that never got its records (D41)
+			continue // an empty log: a create that never got its records (D41: crash-safe create)
 		}
 		s.indexLog(x, agent, size)
 	}

@@ -382,7 +382,7 @@ type replayPlan struct {
 // with them; where the journal lacks a record (damage took its entry, or the
 // log goes on past it) the log's own line stands in if it is a whole record
 // (valid JSON: a hole or a torn write is not). A damaged journal thus never
-// removes a record that is intact in the log (D40). From the first record the
+// removes a record that is intact in the log (D40: a damaged journal never removes an intact record). From the first record the
 // log lacks or holds differently, the journal's run of records is written;
 // records lost from both are damage naming the first missing seq.
 func planReplay(agent, path string, r io.ReaderAt, size int64, jl journalLog) (replayPlan, error) {

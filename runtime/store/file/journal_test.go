@@ -280,7 +280,7 @@ func TestJournalReplayOpensOneLogAtATime(t *testing.T) {
 		id := fmt.Sprintf("agt_%03d", i)
 		mustCreate(t, s, id)
 		mustAppend(t, s, id, 0, 1)
-		mustAppend(t, s, id, 1, 1) // journaled (the first records are not: D41)
+		mustAppend(t, s, id, 1, 1) // journaled (the first records are not: D41 (crash-safe create))
 	}
 	journal := readFile(t, filepath.Join(dir, JournalName))
 	s.Close()
@@ -449,7 +449,7 @@ func newSweepImage(t *testing.T, perAgent int) sweepImage {
 	// Each agent's last entry comes after every place the sweep damages, so
 	// a record lost from both copies is always followed by one that shows the
 	// gap. (Without a later entry the loss looks like an unacknowledged torn
-	// write and cannot be told apart: D40.)
+	// write and cannot be told apart: D40 (a damaged journal never removes an intact record).)
 	for _, id := range agents {
 		mustAppend(t, s, id, uint64(2+perAgent), 1)
 	}
@@ -523,7 +523,7 @@ func (img sweepImage) check(t *testing.T, dir, what string, intactLogs, writer b
 
 // TestJournalDamageSweep: a journal damaged anywhere in its middle (each byte
 // flipped in turn; a 4 KiB block zeroed at several places) never costs a
-// record that is intact in its log (docs/log.md, D40); with the logs' tails lost
+// record that is intact in its log (docs/log.md, D40 (a damaged journal never removes an intact record)); with the logs' tails lost
 // too (a machine crash), every record lost from both copies is reported as
 // damage naming the agent and its first missing seq, never silently. A reader
 // shows the log the next writer's replay makes (the same planReplay), so every

@@ -16,7 +16,7 @@ import (
 // A held lock is ErrLocked at once, unless opts.WaitForLock: then it polls,
 // calls opts.OnLockWait once with the holder, and gives up with ErrLocked
 // after opts.LockTimeout (if set). The exclusive holder writes its pid and
-// command into the lock file, for whoever waits (D43).
+// command into the lock file, for whoever waits (D43: lock waits say so).
 func lockDir(path string, opts Options) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {

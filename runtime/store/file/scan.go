@@ -42,7 +42,7 @@ func (e errStop) Error() string { return e.err.Error() }
 // unless it is a complete JSON value: a record is one JSON object, and no
 // proper prefix of one is valid JSON, so such a segment is a whole record that
 // lacks only its newline. It is passed to fn and counted (unterminated), and
-// the next append writes the newline first (D40).
+// the next append writes the newline first (D40: a damaged journal never removes an intact record).
 // It fails with a *DamageError on an empty line or a line over MaxRecord, with
 // errStop when fn fails, and with the read error otherwise.
 func scanLines(agent, path string, r io.ReaderAt, limit int64, fn func(uint64, []byte) error) (scanResult, error) {

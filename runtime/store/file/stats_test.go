@@ -58,7 +58,7 @@ func TestCommitStatsCount(t *testing.T) {
 	}
 	st := s.CommitStats()
 	// The last four appends, one at a time: the first records are synced on
-	// their own and renamed into place, and Create syncs nothing (D41).
+	// their own and renamed into place, and Create syncs nothing (D41: crash-safe create).
 	if st.Syncs != 4 || st.Appends != 4 {
 		t.Errorf("stats %+v: want 4 syncs covering 4 requests", st)
 	}

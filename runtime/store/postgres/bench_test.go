@@ -19,7 +19,7 @@ var benchRec = []byte(`{"pad":"` + strings.Repeat("x", 290) + `"}`)
 // BenchmarkAppendParallel measures durable appends (committed with
 // synchronous_commit on, on a server with fsync on) by 100 concurrent agents,
 // one goroutine each, one 300-byte record per Append, with 2 (the default,
-// D174), 4 and 8 group commits in flight.
+// D174 (two group commits in flight)), 4 and 8 group commits in flight.
 func BenchmarkAppendParallel(b *testing.B) {
 	for _, committers := range []int{2, 4, 8} {
 		b.Run(fmt.Sprintf("committers=%d", committers), func(b *testing.B) {

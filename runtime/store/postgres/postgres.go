@@ -32,7 +32,7 @@ import (
 // Options tune a Store; the zero value is the default.
 type Options struct {
 	// Committers is the number of group commits in flight at once, each on a
-	// connection of its own (default 2, D174). The pool has Committers+4
+	// connection of its own (default 2, D174 (two group commits in flight)). The pool has Committers+4
 	// connections unless the URL sets pool_max_conns.
 	Committers int
 	// Timeout bounds each round of work with the database (a group commit, a
@@ -44,7 +44,7 @@ type Options struct {
 const (
 	// defaultCommitters: two group commits in flight keep a commit's round
 	// trip overlapped while making groups twice the size of four's, which
-	// costs PostgreSQL less CPU a decision with several nodes (D174).
+	// costs PostgreSQL less CPU a decision with several nodes (D174: two group commits in flight).
 	defaultCommitters = 2
 	maxGroup          = 256     // appends in one group commit
 	maxGroupBytes     = 4 << 20 // record bytes in one group commit

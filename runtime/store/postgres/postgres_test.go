@@ -389,7 +389,7 @@ func TestCloseWhileAppending(t *testing.T) {
 
 // TestDefaultPool pins the defaults that docs/stores.md states and that
 // BenchmarkNodes sizes pgbench's ceiling by: 2 group commits in flight and a
-// pool of 6 connections, unless the URL sets pool_max_conns (D174).
+// pool of 6 connections, unless the URL sets pool_max_conns (D174: two group commits in flight).
 func TestDefaultPool(t *testing.T) {
 	url := pgtest.URL(t)
 	if got := open(t, url).pool.Config().MaxConns; got != 6 {

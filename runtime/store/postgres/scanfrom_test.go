@@ -10,7 +10,7 @@ import (
 )
 
 // TestScanFrom: ScanFrom reads a log from a seq on, sees what another pool
-// (another node) appended, and says Shared (D133).
+// (another node) appended, and says Shared (D133: store capabilities).
 func TestScanFrom(t *testing.T) {
 	url := pgtest.URL(t)
 	a, b := open(t, url), open(t, url)

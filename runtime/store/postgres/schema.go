@@ -61,7 +61,7 @@ var schema = []string{
 }
 
 // refuseTrigger creates, unless it exists, the trigger that refuses events on
-// table (CREATE OR REPLACE TRIGGER needs PostgreSQL 14; §12 promises 13).
+// table (CREATE OR REPLACE TRIGGER needs PostgreSQL 14; docs/stores.md promises 13).
 func refuseTrigger(table, level, events string) string {
 	return triggerNamed(table+"_append_only_"+level, table, level, events, "lineage_refuse_change")
 }

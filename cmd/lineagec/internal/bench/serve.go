@@ -81,7 +81,7 @@ type ServeResult struct {
 }
 
 // servePolicies are the workload's policies as the service benchmark runs
-// them (D140): without the CEL policy (OPA's server cannot load lineage's
+// them (D140: what the reliability tests hold the service to): without the CEL policy (OPA's server cannot load lineage's
 // CEL builtin) and without a rate limit (the server's clock gives the time
 // of a request over HTTP, so a steady agent would be rate_limited).
 func serveWorkloads() ([]*workload, error) {

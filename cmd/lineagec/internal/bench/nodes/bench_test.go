@@ -43,7 +43,7 @@ var benchCommitters = flag.Int("nodes.committers", 0, "BenchmarkNodes: group com
 var benchProfile = flag.String("nodes.cpuprofile", "", "BenchmarkNodes: write each window's CPU profile to `FILE`.Nnodes.Kclients")
 
 // benchClients lists the closed-loop client counts BenchmarkNodes measures,
-// each with every node count, in one run (D210). With N closed-loop clients
+// each with every node count, in one run (D210: the node benchmark's client count is a flag). With N closed-loop clients
 // the mean latency is N / throughput, so the p99 target (≤ 20 ms) means
 // something only at a count the nodes can serve in that time: compare
 // `-nodes.clients 16,64`. The default, 64, keeps CI's run at its length.
@@ -66,7 +66,7 @@ func clientCounts(s string) ([]int, error) {
 const (
 	benchAgents = 100
 	// benchPoolConns is each node's pool (pool_max_conns, the store's
-	// default: 2 committers and 4 more, D103, D174); pgbench's ceiling for n
+	// default: 2 committers and 4 more, D103 (group commit is one pipelined batch), D174 (two group commits in flight)); pgbench's ceiling for n
 	// nodes runs n×benchPoolConns connections.
 	benchPoolConns = 6
 	benchWarm      = 300 * time.Millisecond // decisions before each window, not counted
@@ -112,7 +112,7 @@ func processCPU(b *testing.B) time.Duration {
 // over the nodes (client i on node i mod n), deciding for 100 agents, each
 // decision an allow recorded and acknowledged. Each client owns its agents
 // (client i of k: agents i, i+k, …), so no two calls of one agent are in flight
-// at once (D170–D172). Everything shares this machine's cores: nodes,
+// at once (D170 (one run, the ceiling next to the decisions)–D172 (cheap under '-benchtime 1x')). Everything shares this machine's cores: nodes,
 // clients, PostgreSQL and pgbench.
 //
 // b.N is not a loop count: one run measures, for -nodes.window each.
@@ -122,7 +122,7 @@ func BenchmarkNodes(b *testing.B) {
 		b.Fatal(err)
 	}
 	// The nodes are serve nodes: the process's GC target is the one
-	// `lineagec serve` sets (D221), unless $GOGC chooses.
+	// `lineagec serve` sets (D221: 'lineagec serve' runs its GC at 400), unless $GOGC chooses.
 	if server.SetGCPercent() {
 		defer debug.SetGCPercent(100)
 	}

@@ -160,7 +160,7 @@ var trialSkews = []time.Duration{0, 5 * time.Second, -5 * time.Second, 24 * time
 var trialPairs = [][2]int{{2, 1}, {0, 3}, {4, 3}, {3, 4}, {1, 0}}
 
 // TestNodesOneClock: nodes whose own clocks run 5 s and a day ahead and
-// behind decide on the store's clock (docs/stores.md, "One clock"; D354
+// behind decide on the store's clock (docs/stores.md, "One clock"; D354 (the store's clock is every node's)
 // (the store's clock is every node's)): a rate limit holds in real time
 // across them, no agent's time freezes, and every record's time is the real
 // time within the bound.

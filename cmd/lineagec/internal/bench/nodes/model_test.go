@@ -14,7 +14,7 @@ import (
 // This file is a small sequential model of docs/decision-order.md for one agent with one
 // tool, enough for the races of TestNodesExact: retries of one request id
 // (step 1), a sealed log (step 2), max_calls, the budget, requires_approval,
-// the termination an exhausted budget causes, and approvals (§7). Its
+// the termination an exhausted budget causes, and approvals (docs/approvals.md). Its
 // histories are checked for linearizability with porcupine.
 
 // rules are the policy of the agent the model stands for.
@@ -31,7 +31,7 @@ type mState struct {
 	spent      int64
 	calls      int64
 	terminated bool
-	pending    bool // the one request that awaits approval (D11 voids it at termination)
+	pending    bool // the one request that awaits approval (D11 (pending is void at termination) voids it at termination)
 	retried    bool // retryID has been decided
 	retryV     mOut
 }

@@ -191,7 +191,7 @@ func sameVerdict(a, b lineage.Verdict) bool {
 // TestNodesExact: 64 clients over 3 nodes on one database race for the last
 // 20 credits, the last max_calls, one approval and one request id; the
 // decisions stay exact, every log verifies on every node, and every verdict
-// a client received with 200 is in the log (docs/stores.md; D135).
+// a client received with 200 is in the log (docs/stores.md; D135 (a database away is 503)).
 func TestNodesExact(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and three servers")
@@ -248,7 +248,7 @@ func TestNodesExact(t *testing.T) {
 		return per
 	}
 	// checkInLog: every answered verdict that names a record (seq > 0; a
-	// request refused because the agent is terminated is not recorded, D4)
+	// request refused because the agent is terminated is not recorded, D4 (refusals that are not recorded))
 	// is the current verdict of its request in the log, read on each node.
 	checkInLog := func(t *testing.T, agent string, answers []got) map[string]int {
 		t.Helper()
@@ -383,7 +383,7 @@ func TestNodesExact(t *testing.T) {
 
 // TestNodeOutage: while the database is down a node answers 503
 // unavailable and records nothing; once it is back the node goes on without
-// a restart, and the other node sees what it wrote (docs/stores.md; D135).
+// a restart, and the other node sees what it wrote (docs/stores.md; D135 (a database away is 503)).
 func TestNodeOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL")

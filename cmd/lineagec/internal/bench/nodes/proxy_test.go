@@ -70,7 +70,7 @@ func (p *proxy) cut() {
 
 // TestNodeConnectionCut: the connections of one node to the database are
 // cut again and again under load. Appends whose answer was lost drop the
-// agent's state (D132); nothing is half-written, every verdict answered 200
+// agent's state (D132: a failed append drops the agent); nothing is half-written, every verdict answered 200
 // is in the log, the log verifies, and the node goes on (docs/stores.md).
 func TestNodeConnectionCut(t *testing.T) {
 	if testing.Short() {
@@ -172,7 +172,7 @@ func TestNodeConnectionCut(t *testing.T) {
 	verdicts, actions := c.logVerdicts(t, ctx, 1, agent)
 	for _, a := range answers {
 		if a.v.Seq == 0 {
-			continue // refused after the budget ran out (D4): not recorded
+			continue // refused after the budget ran out (D4: refusals that are not recorded): not recorded
 		}
 		if lv, ok := verdicts[a.id]; !ok || !sameVerdict(lv, a.v) {
 			t.Fatalf("%s answered %+v, the log holds %+v (found %v)", a.id, a.v, lv, ok)

@@ -164,7 +164,7 @@ type IndexChange struct {
 //
 // Its definition is encoding/json's reading (indexChangeDecoded). The
 // records a decision appends (action, approval, termination) are read by
-// indexChangeFast, which answers only where that reading agrees, by D410
+// indexChangeFast, which answers only where that reading agrees, by D410 (the index reads a decision's records in one tokenizer pass)
 // (the index reads a decision's records in one tokenizer pass); anything
 // else, and the rarer kinds, by encoding/json.
 func IndexChangeOf(agent string, seq uint64, rec []byte) (IndexChange, error) {

@@ -10,7 +10,7 @@ import (
 
 // indexChangeFast is IndexChangeOf for the records a decision appends
 // (action, approval, termination), read by a validating tokenizer in one
-// pass over the record and one over its body, without reflection, by D410
+// pass over the record and one over its body, without reflection, by D410 (the index reads a decision's records in one tokenizer pass)
 // (the index reads a decision's records in one tokenizer pass): it runs on
 // every append, and with encoding/json it cost as much as OPA's evaluation
 // of the decision.

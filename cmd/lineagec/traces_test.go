@@ -27,7 +27,7 @@ import (
 // at a real OTLP/HTTP receiver: a request with a traceparent gives its HTTP
 // span (the caller's child) and the decision span (the HTTP span's child),
 // and they arrive by the flush on SIGTERM at the latest (docs/operations.md,
-// Traces; D383 spans never hold a decision, flushed on exit).
+// Traces; D383: spans never hold a decision, flushed on exit).
 func TestServeTraces(t *testing.T) {
 	var (
 		mu    sync.Mutex

@@ -11,7 +11,7 @@ import (
 // TestExactMemberNamesEveryKind: in each kind of file internal/source reads
 // (a policy, a case file, an auth file), a member spelled with other capitals
 // is an unknown field at its own pointer, never the field (D232 (member names matched exactly) member names
-// matched exactly; D370 one reader for policies and case files).
+// matched exactly; D370: one reader for policies and case files).
 func TestExactMemberNamesEveryKind(t *testing.T) {
 	for _, c := range []struct{ schema, file, src, want string }{
 		{"policy", "p.json", `{"budget": 1, "Tools": {}}`, `p.json:1:15: /Tools: unknown field "Tools"`},

@@ -20,7 +20,7 @@ import (
 // JSON reader), recording where each token starts. The decoder refuses lone
 // surrogates and anything that is not JSON; duplicate names are let through
 // to the parser, which reports each with the line of the first, and numbers
-// are checked here by strictjson.NumberProblem (D231 numbers a double holds).
+// are checked here by strictjson.NumberProblem (D231: numbers a double holds).
 type jsonParser struct {
 	d     *Document
 	data  []byte

@@ -43,7 +43,7 @@ type Document struct {
 }
 
 // LoadOptions says, by JSON pointer, how Load treats a number a double does
-// not hold as written (D231 numbers a double holds); nil functions: refused.
+// not hold as written (D231: numbers a double holds); nil functions: refused.
 type LoadOptions struct {
 	// Defer: the problem does not fail the load; Validate reports it, on the
 	// document or on the Sub that holds it, first among its diagnostics (the

@@ -17,7 +17,11 @@ printf 'module ignored/node_modules\n' > clients/typescript/node_modules/go.mod
 # a test whose real part is missing here skips (under CI=true it fails).
 skipped=$(mktemp)
 trap 'cat "$skipped"; rm -f "$skipped"' EXIT
-go test -timeout 30m -json ./... | go run ./internal/skipsummary -summary "$skipped" && go test -timeout 30m -race -short ./... && go test -timeout 30m -run '^$' -bench . -benchtime 1x ./...
+# One command a line: under set -e a failing command stops the script (in an a && b
+# list only the last one would).
+go test -timeout 30m -json ./... | go run ./internal/skipsummary -summary "$skipped"
+go test -timeout 30m -race -short ./...
+go test -timeout 30m -run '^$' -bench . -benchtime 1x ./...
 # The service as deployed (docs/performance.md): OPA's server, the guard and the load each a
 # process of their own, one short round a level; the ratios to issue 20's targets are
 # printed, not asserted (a shared machine is noisy).

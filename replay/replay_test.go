@@ -128,9 +128,17 @@ func TestReplayUnderItsOwnPolicyReproducesTheLog(t *testing.T) {
 			}
 		}
 	}
-	// The generator must reach every kind of record, or the property says little.
+	t.Logf("records by kind: %v", kinds)
+	// The generator must reach every kind of record, or the property says
+	// little: 50 of each over the 800 logs (112 approvals, the rarest), 10
+	// over the 200 logs of -short (13 approvals since policytest.Random is
+	// the one generator).
+	least := 50
+	if testing.Short() {
+		least = 10
+	}
 	for _, k := range []lineage.Kind{lineage.KindAction, lineage.KindApproval, lineage.KindTermination} {
-		if kinds[k] < 50 {
+		if kinds[k] < least {
 			t.Errorf("only %d %s records over all logs", kinds[k], k)
 		}
 	}

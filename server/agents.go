@@ -177,29 +177,56 @@ func (s *Server) verify(w http.ResponseWriter, r *http.Request, _ api.Principal)
 
 func (s *Server) verifyOf(agent string) (api.VerifyResult, error) {
 	recs, err := s.rt.Records(agent)
+	return VerifyResultOf(agent, recs, err, s.cfg.Marks)
+}
+
+// VerifyResultOf is verify's answer for an agent's log read as recs with
+// readErr (runtime.Records or runtime.VerifyLog: the records intact up to
+// the first bad one, and a *runtime.ChainError or *store.DamageError naming
+// it), checked against the last checkpoint marks keeps of it (nil: none).
+// It is the one shape of the answer for GET /v1/agents/{agent}/verify, the
+// inbox and `lineagec verify` on a local store, so that one log reads the
+// same at every hop: the intact records and their head, then ok or the
+// first bad seq and why. An error that is not damage is returned.
+func VerifyResultOf(agent string, recs []lineage.Record, readErr error, marks store.Marks) (api.VerifyResult, error) {
+	n := len(recs)
+	res := api.VerifyResult{Records: &n}
+	if n > 0 {
+		res.Head = recs[n-1].Hash
+	}
 	var chain *runtime.ChainError
 	var damage *store.DamageError
 	switch {
-	case errors.As(err, &chain):
-		return api.VerifyResult{Seq: &chain.Seq, Message: chain.Reason}, nil
-	case errors.As(err, &damage):
-		return api.VerifyResult{Seq: &damage.Seq, Message: damage.Reason}, nil
-	case err != nil:
-		return api.VerifyResult{}, err
-	case len(recs) < 2:
-		seq := uint64(len(recs))
-		return api.VerifyResult{Seq: &seq, Message: "log ends before its policy record"}, nil
+	case errors.As(readErr, &chain):
+		res.Seq, res.Message = &chain.Seq, chain.Reason
+		return res, nil
+	case errors.As(readErr, &damage):
+		res.Seq, res.Message = &damage.Seq, damage.Reason
+		return res, nil
+	case readErr != nil:
+		return api.VerifyResult{}, readErr
+	case n < 2:
+		// A log is at least genesis and policy (an empty file is a Create
+		// whose first append never happened).
+		seq := uint64(n)
+		res.Seq, res.Message = &seq, "log ends before its policy record"
+		return res, nil
 	}
-	n := len(recs)
-	if s.cfg.Marks != nil {
-		mark, err := s.cfg.Marks.LoadMark(agent)
+	if marks != nil {
+		mark, err := marks.LoadMark(agent)
+		if errors.As(err, &damage) {
+			res.Seq, res.Message = &damage.Seq, damage.Reason
+			return res, nil
+		}
 		if err != nil {
 			return api.VerifyResult{}, err
 		}
 		if why := mark.Shortfall(uint64(n), func(seq uint64) string { return recs[seq].Hash }); why != "" {
 			seq := min(uint64(n), mark.Size-1)
-			return api.VerifyResult{Seq: &seq, Message: api.CodeCheckpointDiverged + ": " + why}, nil
+			res.Seq, res.Message = &seq, api.CodeCheckpointDiverged+": "+why
+			return res, nil
 		}
 	}
-	return api.VerifyResult{OK: true, Records: &n, Head: recs[n-1].Hash}, nil
+	res.OK = true
+	return res, nil
 }

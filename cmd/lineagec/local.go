@@ -14,6 +14,7 @@ import (
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
 	"github.com/lineage-guard/lineage/runtime/store/file"
+	"github.com/lineage-guard/lineage/server"
 )
 
 // localGuard is the guard of the local store (guard.go): the runtime over
@@ -117,70 +118,26 @@ func (l *localGuard) Verify(_ context.Context, agent string) (api.VerifyResult, 
 // chain intact) the store's index of it, a difference being a warning
 // (docs/decisions.md: verify checks the index), and the size and head of
 // the last checkpoint a server signed of it (D252 (the signed size checked
-// when an agent is met)). It returns the records as well, for verify
+// when an agent is met)). The answer is server.VerifyResultOf's, as a
+// server's verify answers. It returns the records as well, for verify
 // --checkpoint.
 func (l *localGuard) verify(agent string) (api.VerifyResult, []lineage.Record, error) {
 	recs, _, err := readLog(l.s, agent)
 	if err != nil && !isDamage(err) {
 		return api.VerifyResult{}, nil, l.agentError(agent, err)
 	}
-	if err == nil {
-		if c, ok := l.s.st.(store.IndexChecker); ok {
-			diff, cerr := c.CheckIndexOf(agent)
-			if cerr != nil {
-				return api.VerifyResult{}, nil, cerr
-			}
-			for _, d := range diff {
-				fmt.Fprintf(l.stderr, "warning: the store's index differs from the log: %s (it is read again from the logs when the store next opens with the log changed, or without %s)\n", d, file.IndexName)
-			}
+	if c, ok := l.s.st.(store.IndexChecker); ok && err == nil {
+		diff, cerr := c.CheckIndexOf(agent)
+		if cerr != nil {
+			return api.VerifyResult{}, nil, cerr
 		}
-		if m, ok := l.s.st.(store.Marks); ok {
-			mark, merr := m.LoadMark(agent)
-			if merr != nil && !isDamage(merr) {
-				return api.VerifyResult{}, nil, merr
-			}
-			err = merr
-			if why := mark.Shortfall(uint64(len(recs)), func(seq uint64) string { return recs[seq].Hash }); merr == nil && why != "" {
-				seq := min(uint64(len(recs)), mark.Size-1)
-				res := verifiedHead(recs)
-				res.Seq, res.Message = &seq, api.CodeCheckpointDiverged+": "+why
-				return res, recs, nil
-			}
+		for _, d := range diff {
+			fmt.Fprintf(l.stderr, "warning: the store's index differs from the log: %s (it is read again from the logs when the store next opens with the log changed, or without %s)\n", d, file.IndexName)
 		}
 	}
-	res, err := verifyResultOf(recs, err)
+	marks, _ := l.s.st.(store.Marks)
+	res, err := server.VerifyResultOf(agent, recs, err, marks)
 	return res, recs, err
-}
-
-// verifyResultOf is the verify result of a log read as recs with err: ok,
-// or the first bad seq and why. An err that is not damage is returned.
-func verifyResultOf(recs []lineage.Record, err error) (api.VerifyResult, error) {
-	res := verifiedHead(recs)
-	seq, reason, damaged := damageOf(err)
-	switch {
-	case damaged:
-		res.Seq, res.Message = &seq, reason
-	case err != nil:
-		return res, err
-	case len(recs) < 2:
-		// A log is at least genesis and policy (an empty file is a Create
-		// whose first append never happened).
-		seq := uint64(len(recs))
-		res.Seq, res.Message = &seq, "log ends before its policy record"
-	default:
-		res.OK = true
-	}
-	return res, nil
-}
-
-// verifiedHead is a result's records and head: the records read intact.
-func verifiedHead(recs []lineage.Record) api.VerifyResult {
-	n := len(recs)
-	res := api.VerifyResult{Records: &n}
-	if n > 0 {
-		res.Head = recs[n-1].Hash
-	}
-	return res
 }
 
 // PendingPage is a page of the store's pending index.

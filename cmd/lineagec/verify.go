@@ -13,6 +13,7 @@ import (
 	"github.com/lineage-guard/lineage/api"
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store/file"
+	"github.com/lineage-guard/lineage/server"
 )
 
 type verifyParams struct {
@@ -82,7 +83,7 @@ func runVerify(p verifyParams, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%s is a directory; verify takes a log file or an agent id", target)
 	case serr == nil:
 		recs, err = verifyFile(target, stderr)
-		if res, err = verifyResultOf(recs, err); err != nil {
+		if res, err = server.VerifyResultOf("", recs, err, nil); err != nil {
 			return err
 		}
 	case looksLikePath(target):

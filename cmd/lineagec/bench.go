@@ -75,6 +75,7 @@ type benchServeParams struct {
 	cpuProfile       string
 	inProcess        bool
 	opa              string
+	load             string
 	guardCPUProfile  string
 }
 
@@ -95,7 +96,12 @@ As deployed (the default), each runs in a process of its own: OPA's server
 --opa builtin; one process per policy), the guard (lineagec serve on the file
 store in a temporary directory, every verdict durable before it is answered,
 --guard-cpuprofile FILE for go tool pprof), and the load, a third process per
-round. After each round it times 100 appends of 300 bytes, each made durable
+round: wrk (the wrk on PATH, or --load PATH) running a script this command
+writes, else with --load builtin (or without a wrk) lineagec's own Go load
+generator, which costs the machine's two cores more a request (docs/
+performance.md). wrk's threads are one a CPU at most; OPA's two servers
+each get a wrk and half the connections (one after the other, each for
+half the duration, at one connection); wrk takes whole seconds. After each round it times 100 appends of 300 bytes, each made durable
 with fdatasync, on the data directory's disk. It prints decisions/s, p50 and
 p99 of each, the CPU time its server processes spent a decision (Linux), and
 issue 20's targets as ratios: at the most clients the guard's
@@ -124,6 +130,7 @@ client. --gogc and --cpuprofile apply to this mode only.
 	f.StringVar(&p.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to FILE (go tool pprof)")
 	f.BoolVar(&p.inProcess, "in-process", false, "run OPA's server, the guard and the load in this one process")
 	f.StringVar(&p.opa, "opa", "", "the opa executable to run as OPA's server (default: opa on PATH, else builtin; builtin: lineagec's own)")
+	f.StringVar(&p.load, "load", "", "the load generator: a wrk executable (default: wrk on PATH, else builtin; builtin: lineagec's own)")
 	f.StringVar(&p.guardCPUProfile, "guard-cpuprofile", "", "the guard process writes a CPU profile of its whole run to FILE (go tool pprof)")
 	return cmd
 }

@@ -57,10 +57,10 @@ func runBenchDeployed(ctx context.Context, p benchServeParams, stdout, stderr io
 	}
 	ns := func(v int64) string { return time.Duration(v).String() }
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "target\tconnections\tdecisions/s\tp50\tp99\tCPU a decision\tload\t\n")
+	fmt.Fprintf(tw, "target\tconnections\tdecisions/s\tp50\tp99\tCPU a decision\tload\tits CPU a decision\t\n")
 	for _, r := range res.Rows {
 		name := map[string]string{"opa": "OPA server (stateless)", "guard": "lineagec serve (durable)"}[r.Target]
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t\n", name, r.Clients, r.PerSec, ns(r.P50), ns(r.P99), ns(r.CPUPerDecision), r.Load)
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n", name, r.Clients, r.PerSec, ns(r.P50), ns(r.P99), ns(r.CPUPerDecision), r.Load, ns(r.LoadCPUPerDecision))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -94,7 +94,7 @@ func benchServeDeployed(t *testing.T, load, d string) bench.DeployedResult {
 	}
 	for i, r := range res.Rows {
 		if want := []string{"opa", "guard"}[i%2]; r.Target != want || r.Clients != []int{1, 4}[i/2] || r.Decisions == 0 ||
-			r.PerSec <= 0 || r.P50 <= 0 || r.P99 < r.P50 || r.Load != res.Load {
+			r.PerSec <= 0 || r.P50 <= 0 || r.P99 < r.P50 || r.Load != res.Load || r.LoadCPUPerDecision <= 0 {
 			t.Errorf("row %d: %+v (want target %s with decisions, load %q)", i, r, want, res.Load)
 		}
 	}

@@ -234,6 +234,7 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 		lats := map[string][]time.Duration{}
 		walls := map[string]time.Duration{}
 		cpus := map[string]time.Duration{}
+		loadCPUs := map[string]time.Duration{}
 		cpuOK := true
 		for round := 0; round < o.Rounds; round++ {
 			for _, t := range []struct{ name, plan string }{{"opa", opaPlanFile}, {"guard", guardPlanFile}} {
@@ -242,6 +243,7 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 					return nil, fmt.Errorf("bench serve: %s, %d connections: %w", t.name, n, err)
 				}
 				cpus[t.name] += time.Duration(lr.CPU)
+				loadCPUs[t.name] += time.Duration(lr.LoadCPU)
 				cpuOK = cpuOK && lr.CPU >= 0
 				for _, l := range lr.Latencies {
 					lats[t.name] = append(lats[t.name], time.Duration(l))
@@ -260,8 +262,11 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 			if cpuOK && r.Decisions > 0 {
 				r.CPUPerDecision = int64(cpus[t]) / int64(r.Decisions)
 			}
+			if r.Decisions > 0 {
+				r.LoadCPUPerDecision = int64(loadCPUs[t]) / int64(r.Decisions)
+			}
 			res.Rows = append(res.Rows, r)
-			say("%s, CPU %s a decision", r, time.Duration(r.CPUPerDecision))
+			say("%s, CPU %s a decision (the load's: %s)", r, time.Duration(r.CPUPerDecision), time.Duration(r.LoadCPUPerDecision))
 		}
 	}
 	res.SyncP50, res.SyncP99, res.SyncCount = percentile(syncs, 50), percentile(syncs, 99), len(syncs)
@@ -439,7 +444,16 @@ func runLoad(ctx context.Context, exe, plan string, clients int, d time.Duration
 	if len(lr.Latencies) == 0 || lr.Wall <= 0 {
 		return nil, errors.New("the load process made no decision")
 	}
+	lr.LoadCPU = int64(processCPU(cmd.ProcessState))
 	return &lr, nil
+}
+
+// processCPU is the CPU time (user and system) an exited process used.
+func processCPU(ps *os.ProcessState) time.Duration {
+	if ps == nil {
+		return 0
+	}
+	return ps.UserTime() + ps.SystemTime()
 }
 
 // pidsOf are the PIDs of procs in role.

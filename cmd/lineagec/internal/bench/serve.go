@@ -61,6 +61,10 @@ type ServeRow struct {
 	// CPUPerDecision is the CPU time the target's server processes used in
 	// its windows over the decisions they made (as deployed, on Linux only).
 	CPUPerDecision int64 `json:"cpu_per_decision_ns,omitempty"`
+	// LoadCPUPerDecision is the CPU time the load processes used, their
+	// whole lives (start-up and report included), over the decisions (as
+	// deployed).
+	LoadCPUPerDecision int64 `json:"load_cpu_per_decision_ns,omitempty"`
 	// Load is what drove the load as deployed: "wrk 4.1.0" (wrk's
 	// version), "lineagec bench load" (the builtin load).
 	Load string `json:"load,omitempty"`

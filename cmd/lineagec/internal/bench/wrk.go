@@ -271,6 +271,9 @@ func runWrk(ctx context.Context, exe, dir string, targets []wrkTarget, guard boo
 	if before >= 0 && after >= 0 && len(pids) > 0 {
 		res.CPU = int64(after - before)
 	}
+	for _, s := range live {
+		res.LoadCPU += int64(processCPU(s.cmd.ProcessState))
+	}
 	first, last := math.Inf(1), 0.0
 	for _, r := range runs {
 		res.Latencies = append(res.Latencies, r.latencies()...)

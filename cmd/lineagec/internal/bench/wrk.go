@@ -1,9 +1,11 @@
 package bench
 
 // wrk as the load of the deployed benchmark (issue 20: "the load from a
-// third process (its own or wrk when installed)"): a C process whose cost a
-// request is far below the builtin Go load's, driving the same requests with
-// a script this file generates (wrkload.lua).
+// third process (its own or wrk when installed)"): a C process that costs
+// the shared machine less a request than the builtin Go load (about half,
+// docs/performance.md: the two loads), driving the same requests with a
+// script this file generates (wrkload.lua): D415 (bench serve's load from
+// wrk), D416 (wrk and OPA's two servers).
 
 import (
 	"bytes"

@@ -120,6 +120,9 @@ func benchServeDeployed(t *testing.T, load, d string, extra ...string) bench.Dep
 			r.PerSec <= 0 || r.P50 <= 0 || r.P99 < r.P50 || r.Load != res.Load || r.LoadCPUPerDecision <= 0 {
 			t.Errorf("row %d: %+v (want target %s with decisions, load %q)", i, r, want, res.Load)
 		}
+		if (r.DecisionsPerSync > 0) != (r.Target == "guard") {
+			t.Errorf("row %d: %s has %.2f decisions a sync (want some for the guard on the file store only)", i, r.Target, r.DecisionsPerSync)
+		}
 	}
 	names := map[string]bool{}
 	for _, tg := range res.Targets {

@@ -276,13 +276,23 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 		walls := map[string]time.Duration{}
 		cpus := map[string]time.Duration{}
 		loadCPUs := map[string]time.Duration{}
+		commits := map[string]int64{}
 		cpuOK := true
 		for round := 0; round < o.Rounds; round++ {
 			for _, t := range targetNames {
+				syncsBefore, serr := guardSyncs(ctx, hc, guards[t].base)
+				if serr != nil {
+					return nil, serr
+				}
 				lr, err := drive(t, n)
 				if err != nil {
 					return nil, fmt.Errorf("bench serve: %s, %d connections: %w", t, n, err)
 				}
+				syncsAfter, serr := guardSyncs(ctx, hc, guards[t].base)
+				if serr != nil {
+					return nil, serr
+				}
+				commits[t] += syncsAfter - syncsBefore
 				cpus[t] += time.Duration(lr.CPU)
 				loadCPUs[t] += time.Duration(lr.LoadCPU)
 				cpuOK = cpuOK && lr.CPU >= 0
@@ -306,8 +316,15 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 			if r.Decisions > 0 {
 				r.LoadCPUPerDecision = int64(loadCPUs[t]) / int64(r.Decisions)
 			}
+			if commits[t] > 0 {
+				r.DecisionsPerSync = float64(r.Decisions) / float64(commits[t])
+			}
 			res.Rows = append(res.Rows, r)
-			say("%s, CPU %s a decision (the load's: %s)", r, time.Duration(r.CPUPerDecision), time.Duration(r.LoadCPUPerDecision))
+			perSync := ""
+			if r.DecisionsPerSync > 0 {
+				perSync = fmt.Sprintf(", %.1f decisions a sync", r.DecisionsPerSync)
+			}
+			say("%s, CPU %s a decision (the load's: %s)%s", r, time.Duration(r.CPUPerDecision), time.Duration(r.LoadCPUPerDecision), perSync)
 		}
 	}
 	res.SyncP50, res.SyncP99, res.SyncCount = percentile(syncs, 50), percentile(syncs, 99), len(syncs)
@@ -350,6 +367,38 @@ func (res *DeployedResult) targets() {
 		add(fmt.Sprintf("%d connection(s): guard p50 over (OPA's p50 + fdatasync p50)", least),
 			float64(g.P50)/float64(a.P50+res.SyncP50), "<=", 1.15)
 	}
+}
+
+// guardSyncs is the group commits the guard at base has made so far: the
+// count of lineage_store_sync_duration_seconds on its /metrics; 0 for a
+// target that is not a guard on the file store (base "", or no such line).
+func guardSyncs(ctx context.Context, hc *http.Client, base string) (int64, error) {
+	if base == "" {
+		return 0, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("bench serve: the guard's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("bench serve: the guard's metrics: %s %v", resp.Status, err)
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(line, "lineage_store_sync_duration_seconds_count "); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("bench serve: the guard's metrics: %q: %w", line, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, nil
 }
 
 // process is a child process of the benchmark, its stderr kept for errors.

@@ -28,8 +28,9 @@ var serveConfigPaths = map[string]bool{
 }
 
 // serveConfigNotKeys are the flags of serve a config file cannot hold
-// (--cpuprofile is hidden: bench serve's, not an operator's).
-var serveConfigNotKeys = map[string]bool{"config": true, "help": true, "cpuprofile": true}
+// (--cpuprofile and --memory-store are hidden: bench serve's, not an
+// operator's; a memory store in a config file would make no 200 durable).
+var serveConfigNotKeys = map[string]bool{"config": true, "help": true, "cpuprofile": true, "memory-store": true}
 
 // applyServeConfig reads serve's --config FILE (JSON or YAML, validated by
 // schema/serve.schema.json: unknown keys are errors with file:line:col) and

@@ -225,7 +225,7 @@ func (e *engine) toolTerm(tool string) *ast.Term {
 // rate-limit figure), so OPA need not convert Go values. Each object is made
 // by one ast.NewObject call with all its members: inserting them one by one
 // costs an allocation per member and regrows the object.
-func (e *engine) input(m mode, id, tool string, cr *checkedRequest, at time.Time, f *folded) (ast.Value, error) {
+func (e *engine) input(m mode, id, tool string, cr *checkedRequest, at time.Time, f *folded, kept *keptTerms) (ast.Value, error) {
 	var members [6][2]*ast.Term
 	top := append(members[:0], ast.Item(kMode, modeTerms[m]), ast.Item(kPendingCount, ast.InternedTerm(len(f.pending))))
 	if kth, ok := f.rateKth(); ok {
@@ -264,7 +264,7 @@ func (e *engine) input(m mode, id, tool string, cr *checkedRequest, at time.Time
 	}
 	var stateMembers [6][2]*ast.Term
 	state := append(stateMembers[:0],
-		ast.Item(kRemaining, ast.IntNumberTerm(int(f.budget-f.spent))),
+		ast.Item(kRemaining, kept.remaining.of(f.budget-f.spent)),
 		ast.Item(kScarScore, ast.IntNumberTerm(int(f.scarScore))),
 		ast.Item(kToolCalls, ast.IntNumberTerm(int(f.calls[tool]))),
 	)
@@ -286,6 +286,27 @@ func (e *engine) input(m mode, id, tool string, cr *checkedRequest, at time.Time
 		}
 	}
 	return ast.NewObject(top...), nil
+}
+
+// keptTerms are the numbers of an agent's input that most decisions leave
+// as they were, kept as Rego terms from one decision to the next (terms are
+// values: an input may share them): the remaining budget changes only with
+// a cost, and a number beyond OPA's interned ones costs a term and its text.
+type keptTerms struct {
+	remaining keptNumber
+}
+
+// keptNumber is one number and its term, made anew when the number changes.
+type keptNumber struct {
+	n int64
+	t *ast.Term
+}
+
+func (k *keptNumber) of(n int64) *ast.Term {
+	if k.t == nil || k.n != n {
+		k.n, k.t = n, ast.IntNumberTerm(int(n))
+	}
+	return k.t
 }
 
 // decide evaluates the policy for one input, within the deadline. For a

@@ -32,3 +32,20 @@ func TestAppendTime(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkAppendTime: a record's at as AppendTime writes it, beside time's
+// own formatter in the same layout.
+func BenchmarkAppendTime(b *testing.B) {
+	tm := time.Date(2026, 11, 30, 1, 2, 3, 4, time.UTC)
+	buf := make([]byte, 0, 64)
+	b.Run("AppendTime", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			buf = lineage.AppendTime(buf[:0], tm)
+		}
+	})
+	b.Run("AppendFormat", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			buf = tm.UTC().AppendFormat(buf[:0], lineage.TimeLayout)
+		}
+	})
+}

@@ -274,8 +274,8 @@ func (e *engine) input(m mode, id, tool string, cr *checkedRequest, at time.Time
 			calls = append(calls, ast.Item(e.toolTerm(name), ast.IntNumberTerm(int(n))))
 		}
 		state = append(state,
-			ast.Item(kBudget, ast.IntNumberTerm(int(f.budget))),
-			ast.Item(kSpent, ast.IntNumberTerm(int(f.spent))),
+			ast.Item(kBudget, kept.budget.of(f.budget)),
+			ast.Item(kSpent, kept.spent.of(f.spent)),
 			ast.Item(kCalls, ast.NewTerm(ast.NewObject(calls...))),
 		)
 	}
@@ -290,10 +290,11 @@ func (e *engine) input(m mode, id, tool string, cr *checkedRequest, at time.Time
 
 // keptTerms are the numbers of an agent's input that most decisions leave
 // as they were, kept as Rego terms from one decision to the next (terms are
-// values: an input may share them): the remaining budget changes only with
-// a cost, and a number beyond OPA's interned ones costs a term and its text.
+// values: an input may share them): the budget never changes, the spent and
+// remaining budget only with a cost, and a number beyond OPA's interned ones
+// costs a term and its text.
 type keptTerms struct {
-	remaining keptNumber
+	remaining, budget, spent keptNumber
 }
 
 // keptNumber is one number and its term, made anew when the number changes.

@@ -75,6 +75,7 @@ type benchServeParams struct {
 	cpuProfile       string
 	inProcess        bool
 	opa              string
+	load             string
 	guardCPUProfile  string
 }
 
@@ -95,12 +96,18 @@ As deployed (the default), each runs in a process of its own: OPA's server
 --opa builtin; one process per policy), the guard (lineagec serve on the file
 store in a temporary directory, every verdict durable before it is answered,
 --guard-cpuprofile FILE for go tool pprof), and the load, a third process per
-round. After each round it times 100 appends of 300 bytes, each made durable
-with fdatasync, on the data directory's disk. It prints decisions/s, p50 and
-p99 of each, the CPU time its server processes spent a decision (Linux), and
-issue 20's targets as ratios: at the most clients the guard's
-throughput over OPA's (goal >= 1.0) and its p99 over OPA's (<= 1.0); at the
-fewest, the guard's p50 over OPA's p50 plus fdatasync's p50 (<= 1.15).
+round: wrk (the wrk on PATH, or --load PATH) running a script this command
+writes, else, with --load builtin or without a wrk, lineagec's own Go load
+generator, which costs the shared cores more a request (docs/performance.md).
+wrk's threads are one a CPU at most; OPA's two servers each get a wrk and
+half the connections (at one connection one after the other, each for half
+the duration); wrk takes whole seconds. Each row names its load and its CPU
+time a decision. After each round it times 100 appends of 300 bytes, each
+made durable with fdatasync, on the data directory's disk. It prints
+decisions/s, p50 and p99 of each, the CPU time its server processes spent a
+decision (Linux), and issue 20's targets as ratios: at the most clients the
+guard's throughput over OPA's (goal >= 1.0) and its p99 over OPA's (<= 1.0);
+at the fewest, the guard's p50 over OPA's p50 plus fdatasync's p50 (<= 1.15).
 
 With --in-process the load, OPA's server and the guard share this process, and
 the guard runs on the memory store too: (a) OPA, (b) serve on the memory
@@ -124,6 +131,7 @@ client. --gogc and --cpuprofile apply to this mode only.
 	f.StringVar(&p.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to FILE (go tool pprof)")
 	f.BoolVar(&p.inProcess, "in-process", false, "run OPA's server, the guard and the load in this one process")
 	f.StringVar(&p.opa, "opa", "", "the opa executable to run as OPA's server (default: opa on PATH, else builtin; builtin: lineagec's own)")
+	f.StringVar(&p.load, "load", "", "the load generator: a wrk executable (default: wrk on PATH, else builtin; builtin: lineagec's own)")
 	f.StringVar(&p.guardCPUProfile, "guard-cpuprofile", "", "the guard process writes a CPU profile of its whole run to FILE (go tool pprof)")
 	return cmd
 }

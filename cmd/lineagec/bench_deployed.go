@@ -37,7 +37,17 @@ func runBenchDeployed(ctx context.Context, p benchServeParams, stdout, stderr io
 	case "":
 		opa, _ = exec.LookPath("opa") // "" when there is none
 	}
-	res, err := bench.RunDeployed(ctx, bench.DeployedOptions{Exe: exe, OPA: opa, Clients: p.clients, Agents: p.agents,
+	var wrk string // "": the builtin load
+	switch p.load {
+	case "builtin":
+	case "":
+		wrk, _ = exec.LookPath("wrk") // "" when there is none
+	default:
+		if wrk, err = exec.LookPath(p.load); err != nil {
+			return fmt.Errorf("--load %s: %w", p.load, err)
+		}
+	}
+	res, err := bench.RunDeployed(ctx, bench.DeployedOptions{Exe: exe, OPA: opa, Wrk: wrk, Clients: p.clients, Agents: p.agents,
 		Requests: p.requests, Duration: p.duration, Rounds: p.rounds, GuardCPUProfile: p.guardCPUProfile, Progress: stderr})
 	if err != nil {
 		return err
@@ -47,10 +57,10 @@ func runBenchDeployed(ctx context.Context, p benchServeParams, stdout, stderr io
 	}
 	ns := func(v int64) string { return time.Duration(v).String() }
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "target\tconnections\tdecisions/s\tp50\tp99\tCPU a decision\t\n")
+	fmt.Fprintf(tw, "target\tconnections\tdecisions/s\tp50\tp99\tCPU a decision\tload\tits CPU a decision\t\n")
 	for _, r := range res.Rows {
 		name := map[string]string{"opa": "OPA server (stateless)", "guard": "lineagec serve (durable)"}[r.Target]
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t\n", name, r.Clients, r.PerSec, ns(r.P50), ns(r.P99), ns(r.CPUPerDecision))
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n", name, r.Clients, r.PerSec, ns(r.P50), ns(r.P99), ns(r.CPUPerDecision), r.Load, ns(r.LoadCPUPerDecision))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -60,7 +70,7 @@ func runBenchDeployed(ctx context.Context, p benchServeParams, stdout, stderr io
 	for _, t := range res.Targets {
 		fmt.Fprintf(stdout, "target: %s: %.2f× (goal %s %.2f: met %v)\n", t.Name, t.Measured, t.Rule, t.Goal, t.Met)
 	}
-	fmt.Fprintf(stdout, "OPA's server: %s; %d CPUs\n", res.OPAServer, res.CPUs)
+	fmt.Fprintf(stdout, "OPA's server: %s; the load: %s; %d CPUs\n", res.OPAServer, res.Load, res.CPUs)
 	return nil
 }
 

@@ -15,11 +15,58 @@ import (
 )
 
 // TestBenchServeDeployed runs `lineagec bench serve --json` as deployed, at
-// a tiny size on loopback: OPA's servers, the guard and the loads are
-// processes of their own; every row made decisions, every target of issue
-// 20 has a positive measured ratio, and no process the run started is
-// alive after it.
+// a tiny size on loopback, with the builtin load: OPA's servers, the guard
+// and the loads are processes of their own; every row made decisions, every
+// target of issue 20 has a positive measured ratio, and no process the run
+// started is alive after it.
 func TestBenchServeDeployed(t *testing.T) {
+	res := benchServeDeployed(t, "builtin", "300ms")
+	if res.Load != "lineagec bench load" {
+		t.Errorf("load %q", res.Load)
+	}
+	if n := countRole(res, "load"); n != 2*2 {
+		t.Errorf("%d load processes, want 4 (2 levels × 2 targets)", n)
+	}
+}
+
+// TestBenchServeDeployedWrk is TestBenchServeDeployed with wrk as the load
+// (D415 (bench serve's load from wrk)): its rows say so, and every wrk is
+// gone after the run. It needs wrk (apt-get install wrk): it skips without
+// one, except under CI=true, where it fails.
+func TestBenchServeDeployedWrk(t *testing.T) {
+	wrk, err := exec.LookPath("wrk")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("wrk is not on PATH (apt-get install wrk); under CI=true bench serve's wrk load must be tested")
+		}
+		t.Skip("wrk is not on PATH (apt-get install wrk): bench serve's wrk load is not tested")
+	}
+	res := benchServeDeployed(t, wrk, "1s")
+	if !strings.HasPrefix(res.Load, "wrk ") {
+		t.Errorf("load %q, want wrk and its version", res.Load)
+	}
+	// At one connection OPA's two servers are driven one after the other,
+	// at 4 side by side: a wrk each, and one for the guard, at each level.
+	if n := countRole(res, "load"); n != 2*3 {
+		t.Errorf("%d wrk processes, want 6 (2 levels × (2 OPA servers + the guard))", n)
+	}
+}
+
+func countRole(res bench.DeployedResult, role string) int {
+	n := 0
+	for _, p := range res.Processes {
+		if p.Role == role {
+			n++
+		}
+	}
+	return n
+}
+
+// benchServeDeployed runs `lineagec bench serve --json --load load` at a
+// tiny size, rounds of d, checks what every run must have, and returns
+// the result.
+func benchServeDeployed(t *testing.T, load, d string) bench.DeployedResult {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
@@ -30,8 +77,8 @@ func TestBenchServeDeployed(t *testing.T) {
 	if err := os.Symlink(os.Args[0], bin); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "bench", "serve", "--json", "--opa", "builtin", "--clients", "1,4", "--agents", "4",
-		"--requests", "20", "--duration", "300ms", "--rounds", "1")
+	cmd := exec.Command(bin, "bench", "serve", "--json", "--opa", "builtin", "--load", load, "--clients", "1,4", "--agents", "4",
+		"--requests", "20", "--duration", d, "--rounds", "1")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -46,8 +93,9 @@ func TestBenchServeDeployed(t *testing.T) {
 		t.Fatalf("rows: %+v", res.Rows)
 	}
 	for i, r := range res.Rows {
-		if want := []string{"opa", "guard"}[i%2]; r.Target != want || r.Decisions == 0 || r.PerSec <= 0 || r.P50 <= 0 || r.P99 < r.P50 {
-			t.Errorf("row %d: %+v (want target %s with decisions)", i, r, want)
+		if want := []string{"opa", "guard"}[i%2]; r.Target != want || r.Clients != []int{1, 4}[i/2] || r.Decisions == 0 ||
+			r.PerSec <= 0 || r.P50 <= 0 || r.P99 < r.P50 || r.Load != res.Load || r.LoadCPUPerDecision <= 0 {
+			t.Errorf("row %d: %+v (want target %s with decisions, load %q)", i, r, want, res.Load)
 		}
 	}
 	names := map[string]bool{}
@@ -62,6 +110,9 @@ func TestBenchServeDeployed(t *testing.T) {
 		if !names[want] {
 			t.Errorf("no target %q in %+v", want, res.Targets)
 		}
+	}
+	if len(res.Targets) != 3 {
+		t.Errorf("targets: %+v", res.Targets)
 	}
 	if res.SyncP50 <= 0 || res.SyncCount != 200 || res.Workload.Decisions != 4*20 {
 		t.Errorf("fdatasync p50 %d of %d, workload %+v", res.SyncP50, res.SyncCount, res.Workload)
@@ -80,4 +131,5 @@ func TestBenchServeDeployed(t *testing.T) {
 	if roles["opa"] != 2 || roles["guard"] != 1 {
 		t.Errorf("processes: %+v (want 2 OPA servers, one per policy, and the guard)", res.Processes)
 	}
+	return res
 }

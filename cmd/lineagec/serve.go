@@ -22,6 +22,7 @@ import (
 	"github.com/lineage-guard/lineage/runtime"
 	"github.com/lineage-guard/lineage/runtime/store"
 	"github.com/lineage-guard/lineage/runtime/store/file"
+	"github.com/lineage-guard/lineage/runtime/store/memory"
 	"github.com/lineage-guard/lineage/runtime/store/postgres"
 	"github.com/lineage-guard/lineage/server"
 )
@@ -46,6 +47,7 @@ type serveParams struct {
 
 	decisionLog string // --decision-log URL (server/export.go)
 	cpuProfile  string // --cpuprofile (hidden; bench serve's --guard-cpuprofile)
+	memoryStore bool   // --memory-store (hidden; bench serve's --memory-guard)
 }
 
 func newServeCmd(g *globalParams) *cobra.Command {
@@ -108,6 +110,8 @@ wins (docs/operations.md).
 	f.StringVar(&p.logLevel, "log-level", "info", "least level logged: debug, info, warn, error (/health and /metrics are debug)")
 	f.StringVar(&p.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to FILE (go tool pprof)")
 	_ = f.MarkHidden("cpuprofile") // a tool of bench serve, not of an operator
+	f.BoolVar(&p.memoryStore, "memory-store", false, "keep the logs in memory only: nothing is durable, everything is lost on exit (bench serve's measure of what durability costs)")
+	_ = f.MarkHidden("memory-store") // never an operator's: a 200 would not be durable
 	return cmd
 }
 
@@ -202,7 +206,12 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		syncStats func() store.CommitStats
 		where     = dir
 	)
-	if p.store != "" {
+	switch {
+	case p.memoryStore && p.store != "":
+		return fmt.Errorf("--memory-store and --store %s: choose one", p.store)
+	case p.memoryStore:
+		st, where = memory.New(), "memory (nothing durable)"
+	case p.store != "":
 		pg, err := postgres.Open(ctx, p.store, postgres.Options{})
 		if err != nil {
 			return err
@@ -213,7 +222,7 @@ func runServe(ctx context.Context, p serveParams, stderr io.Writer) error {
 		defer done()
 		clock = storeclock.Start(read, storeclock.Options{MaxError: p.maxClock, Logger: slog.New(handler)})
 		defer clock.Close()
-	} else {
+	default:
 		fs, err := file.Open(dir, file.Options{})
 		if err != nil {
 			return err

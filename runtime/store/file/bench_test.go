@@ -27,6 +27,28 @@ func BenchmarkFileAppendParallel(b *testing.B) {
 	}
 }
 
+// BenchmarkFileAppendLone is one agent appending alone, one durable
+// 300-byte record at a time (the guard at one connection): the latency of a
+// sync plus what the store adds to it.
+func BenchmarkFileAppendLone(b *testing.B) {
+	s := openFile(b, b.TempDir(), Options{})
+	defer s.Close()
+	if err := s.Create("agt_a"); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Append("agt_a", 0, benchRec); err != nil {
+		b.Fatal(err)
+	}
+	seq := uint64(1)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := s.Append("agt_a", seq, benchRec); err != nil {
+			b.Fatal(err)
+		}
+		seq++
+	}
+}
+
 // BenchmarkFileScan reads a log of 100,000 300-byte records.
 func BenchmarkFileScan(b *testing.B) {
 	const n = 100_000

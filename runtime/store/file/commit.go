@@ -26,17 +26,30 @@ type commitReq struct {
 }
 
 // committer is the group commit. Appenders write their bytes themselves (in
-// parallel, into the page cache), then enqueue and wait. The committer takes
-// everything queued, makes it durable with as few calls as the mode allows,
-// and wakes the whole batch; what arrives meanwhile forms the next batch, so
-// under load one sync covers as many appends as arrived during the previous one.
+// parallel, into the page cache), then enqueue and wait. Whoever holds
+// syncing takes everything queued, makes it durable with as few calls as the
+// mode allows, and wakes the whole batch; what arrives meanwhile forms the
+// next batch, so under load one sync covers as many appends as arrived during
+// the previous one.
+//
+// An appender that finds no batch being synced runs its own batch on its own
+// goroutine (it leads); else the run goroutine takes the next batch once the
+// one in flight is durable. Leading saves the two hand-offs of a lone append
+// (waking the run goroutine, and being woken by it), which at one connection
+// were most of what the guard adds to a sync (D419: a lone append syncs on
+// its own goroutine).
 type committer struct {
 	s    *Store
-	mode atomic.Int32 // SyncFiles, SyncFS or SyncJournal; only the run goroutine changes it
+	mode atomic.Int32 // SyncFiles, SyncFS or SyncJournal; changed only under syncing
 
 	mu    sync.Mutex
 	queue []*fileLog
 	done  chan struct{} // closed when the batch now in queue is durable
+
+	// syncing is held by whoever takes and syncs a batch (the run goroutine
+	// or a leading appender) and guards everything below it but the atomics.
+	syncing sync.Mutex
+	spare   []*fileLog // the last batch's slice, reused
 
 	kick   chan struct{} // cap 1: "the queue is not empty"
 	stop   chan struct{}
@@ -45,8 +58,8 @@ type committer struct {
 	batches, reqs atomic.Int64 // average batch = reqs/batches (CommitStats)
 	syncTimes     syncHistogram
 
-	// The journal (SyncJournal), used by the run goroutine only (and by
-	// close, after it has stopped).
+	// The journal (SyncJournal), used under syncing only (and by close,
+	// after the run goroutine has stopped).
 	journal    *os.File
 	jkept      int64 // bytes at the start that checkpoints keep (see Store.damaged)
 	jsize      int64 // bytes of acknowledged entries, jkept included
@@ -100,12 +113,58 @@ func (c *committer) commit(l *fileLog) error {
 	c.queue = append(c.queue, l)
 	done := c.done
 	c.mu.Unlock()
-	select {
-	case c.kick <- struct{}{}:
-	default: // a kick is already pending; it will see l
+	if c.syncing.TryLock() {
+		// No batch is being synced: lead. The batch taken holds l, unless
+		// another leader took l along and has synced it already (done is then
+		// closed and the queue may be empty).
+		c.syncNext()
+		c.checkpointIfDue()
+		c.syncing.Unlock()
+	} else {
+		c.wake() // the batch in flight ends; the run goroutine then takes l's
 	}
 	<-done
 	return l.req.err
+}
+
+// wake tells the run goroutine that the queue may not be empty.
+func (c *committer) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default: // a kick is already pending; it will see the queue
+	}
+}
+
+// syncNext takes the queued batch, if any, makes it durable and wakes it.
+// The caller holds syncing.
+func (c *committer) syncNext() {
+	c.mu.Lock()
+	batch, done := c.queue, c.done
+	if len(batch) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	c.queue, c.done = c.spare[:0], make(chan struct{})
+	c.mu.Unlock()
+
+	start := time.Now()
+	c.syncBatch(batch)
+	c.syncTimes.record(time.Since(start))
+	c.batches.Add(1)
+	c.reqs.Add(int64(len(batch)))
+	close(done)
+	clear(batch)
+	c.spare = batch
+}
+
+// checkpointIfDue checkpoints the journal once it has grown to a
+// checkpoint, before the next batch: the journal stays within one batch of
+// CheckpointBytes. A failed checkpoint leaves the journal as it is: it still
+// holds every record the logs may lack. The caller holds syncing.
+func (c *committer) checkpointIfDue() {
+	if c.journal != nil && c.jsize-c.jkept >= c.checkpoint && c.jerr == nil && !c.noCheckpoint {
+		_ = c.checkpointNow()
+	}
 }
 
 // close stops the committer; the caller guarantees nothing is queued or will
@@ -114,6 +173,8 @@ func (c *committer) commit(l *fileLog) error {
 func (c *committer) close() error {
 	close(c.stop)
 	<-c.exited
+	c.syncing.Lock() // no appender leads any more (none is left), but say so to the race detector
+	defer c.syncing.Unlock()
 	if c.journal == nil {
 		return nil
 	}
@@ -127,37 +188,19 @@ func (c *committer) close() error {
 	return errors.Join(append(errs, c.journal.Close())...)
 }
 
+// run syncs the batches that queue while another is in flight.
 func (c *committer) run() {
 	defer close(c.exited)
-	var spare []*fileLog
 	for {
 		select {
 		case <-c.kick:
 		case <-c.stop:
 			return
 		}
-		c.mu.Lock()
-		batch, done := c.queue, c.done
-		if len(batch) == 0 {
-			c.mu.Unlock()
-			continue
-		}
-		c.queue, c.done = spare[:0], make(chan struct{})
-		c.mu.Unlock()
-
-		start := time.Now()
-		c.syncBatch(batch)
-		c.syncTimes.record(time.Since(start))
-		c.batches.Add(1)
-		c.reqs.Add(int64(len(batch)))
-		close(done)
-		clear(batch)
-		spare = batch
-		if c.journal != nil && c.jsize-c.jkept >= c.checkpoint && c.jerr == nil && !c.noCheckpoint {
-			// A failed checkpoint leaves the journal as it is: it still holds
-			// every record the logs may lack.
-			_ = c.checkpointNow()
-		}
+		c.syncing.Lock()
+		c.syncNext()
+		c.checkpointIfDue()
+		c.syncing.Unlock()
 	}
 }
 

@@ -35,7 +35,10 @@ type DeployedOptions struct {
 	Exe string
 	// OPA is an opa executable to run as `opa run --server` ("": Exe's
 	// `bench opa-server`, the OPA module lineage is built with).
-	OPA      string
+	OPA string
+	// Wrk is a wrk executable to drive each round's load ("": the builtin
+	// load, a `bench load` process of Exe's).
+	Wrk      string
 	Clients  []int         // connections of each level (default 1, 16, 64)
 	Agents   int           // agents per round (default 64); agent i is driven by connection i % connections
 	Requests int           // decisions per agent at most (default 200)
@@ -50,7 +53,7 @@ type DeployedOptions struct {
 
 // Process is one process the benchmark ran.
 type Process struct {
-	Role string `json:"role"` // "opa", "guard"; the load processes are not listed
+	Role string `json:"role"` // "opa", "guard", "load" (one a round and target; a wrk a target with wrk)
 	PID  int    `json:"pid"`
 }
 
@@ -75,6 +78,7 @@ type DeployedResult struct {
 	SyncCount int        `json:"fdatasync_samples"`
 	Targets   []Target   `json:"targets"`
 	OPAServer string     `json:"opa_server"` // what ran OPA's server
+	Load      string     `json:"load"`       // what drove the load: "wrk 4.1.0", "lineagec bench load"
 	Processes []Process  `json:"processes"`
 	CPUs      int        `json:"cpus"`
 }
@@ -94,6 +98,9 @@ func (o *DeployedOptions) defaults() error {
 	return nil
 }
 
+// builtinLoad names the builtin load in a row.
+const builtinLoad = "lineagec bench load"
+
 // syncSamples is how many appends the sync probe times after each round.
 const syncSamples = 100
 
@@ -108,9 +115,14 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 	if err != nil {
 		return nil, err
 	}
-	res = &DeployedResult{CPUs: goruntime.NumCPU()}
+	res = &DeployedResult{CPUs: goruntime.NumCPU(), Load: builtinLoad}
+	if o.Wrk != "" {
+		if res.Load, err = WrkName(o.Wrk); err != nil {
+			return nil, err
+		}
+	}
 	say("recording the inputs: %d agents × %d decisions", o.Agents, o.Requests)
-	inputs, mix, err := recordInputs(ctx, serveRuns(ws, o.Agents, o.Requests))
+	inputs, resolved, mix, err := recordInputs(ctx, serveRuns(ws, o.Agents, o.Requests))
 	if err != nil {
 		return nil, err
 	}
@@ -139,6 +151,7 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 		res.OPAServer = o.OPA
 	}
 	urls := map[string]string{}
+	var opaBases []string // by policy
 	for _, w := range ws {
 		pdir := filepath.Join(dir, "opa-"+w.name)
 		if err := os.MkdirAll(pdir, 0o755); err != nil {
@@ -156,6 +169,7 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 		procs = append(procs, p)
 		res.Processes = append(res.Processes, Process{Role: "opa", PID: p.cmd.Process.Pid})
 		urls[w.compiled.Digest] = base + opaPath(w.compiled)
+		opaBases = append(opaBases, base)
 	}
 	opaPlan := LoadPlan{Target: "opa", URLs: make([]string, o.Agents), Inputs: make([][]json.RawMessage, o.Agents), PIDs: pidsOf(res.Processes, "opa")}
 	for i := range opaPlan.URLs {
@@ -181,14 +195,38 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 	}
 	procs = append(procs, guard)
 	res.Processes = append(res.Processes, Process{Role: "guard", PID: guard.cmd.Process.Pid})
-	tok, err := os.ReadFile(filepath.Join(data, "admin.token"))
+	tokFile, err := os.ReadFile(filepath.Join(data, "admin.token"))
 	if err != nil {
 		return nil, err
 	}
+	tok := strings.TrimSpace(string(tokFile))
 	guardPlanFile := filepath.Join(dir, "guard-plan.json")
-	if err := writeJSONFile(guardPlanFile, LoadPlan{Target: "guard", URL: base, Token: strings.TrimSpace(string(tok)),
+	if err := writeJSONFile(guardPlanFile, LoadPlan{Target: "guard", URL: base, Token: tok,
 		Agents: o.Agents, Requests: o.Requests, PIDs: pidsOf(res.Processes, "guard")}); err != nil {
 		return nil, err
+	}
+	// One round of a target under the load: the builtin load process on
+	// its plan; or wrk, on the recorded inputs for OPA, and for the guard
+	// on fresh agents this process creates first.
+	hc := newHTTPClient()
+	defer hc.CloseIdleConnections()
+	started := func(pid int) { res.Processes = append(res.Processes, Process{Role: "load", PID: pid}) }
+	drive := func(target, plan string, n int) (*LoadResult, error) {
+		if o.Wrk == "" {
+			return runLoad(ctx, o.Exe, plan, n, o.Duration, started)
+		}
+		if target == "opa" {
+			return runWrk(ctx, o.Wrk, dir, opaWrkTargets(ws, opaBases, inputs), false, opaPlan.PIDs, n, o.Duration, started)
+		}
+		_, created, err := createAgents(ctx, base, tok, hc, serveRuns(ws, o.Agents, o.Requests))
+		if err != nil {
+			return nil, err
+		}
+		reqs, err := guardWrkRequests(created, tok, resolved)
+		if err != nil {
+			return nil, err
+		}
+		return runWrk(ctx, o.Wrk, dir, []wrkTarget{{base: base, agents: reqs}}, true, pidsOf(res.Processes, "guard"), n, o.Duration, started)
 	}
 
 	var syncs []time.Duration
@@ -196,14 +234,16 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 		lats := map[string][]time.Duration{}
 		walls := map[string]time.Duration{}
 		cpus := map[string]time.Duration{}
+		loadCPUs := map[string]time.Duration{}
 		cpuOK := true
 		for round := 0; round < o.Rounds; round++ {
 			for _, t := range []struct{ name, plan string }{{"opa", opaPlanFile}, {"guard", guardPlanFile}} {
-				lr, err := runLoad(ctx, o.Exe, t.plan, n, o.Duration)
+				lr, err := drive(t.name, t.plan, n)
 				if err != nil {
 					return nil, fmt.Errorf("bench serve: %s, %d connections: %w", t.name, n, err)
 				}
 				cpus[t.name] += time.Duration(lr.CPU)
+				loadCPUs[t.name] += time.Duration(lr.LoadCPU)
 				cpuOK = cpuOK && lr.CPU >= 0
 				for _, l := range lr.Latencies {
 					lats[t.name] = append(lats[t.name], time.Duration(l))
@@ -218,11 +258,15 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 		}
 		for _, t := range []string{"opa", "guard"} {
 			r := row(t, n, lats[t], walls[t])
+			r.Load = res.Load
 			if cpuOK && r.Decisions > 0 {
 				r.CPUPerDecision = int64(cpus[t]) / int64(r.Decisions)
 			}
+			if r.Decisions > 0 {
+				r.LoadCPUPerDecision = int64(loadCPUs[t]) / int64(r.Decisions)
+			}
 			res.Rows = append(res.Rows, r)
-			say("%s, CPU %s a decision", r, time.Duration(r.CPUPerDecision))
+			say("%s, CPU %s a decision (the load's: %s)", r, time.Duration(r.CPUPerDecision), time.Duration(r.LoadCPUPerDecision))
 		}
 	}
 	res.SyncP50, res.SyncP99, res.SyncCount = percentile(syncs, 50), percentile(syncs, 99), len(syncs)
@@ -380,12 +424,17 @@ func (p *process) stop() error {
 }
 
 // runLoad runs one load process (`lineagec bench load`) on plan and reads
-// its result.
-func runLoad(ctx context.Context, exe, plan string, clients int, d time.Duration) (*LoadResult, error) {
+// its result; started is told its PID.
+func runLoad(ctx context.Context, exe, plan string, clients int, d time.Duration, started func(pid int)) (*LoadResult, error) {
 	cmd := exec.CommandContext(ctx, exe, "bench", "load", "--plan", plan, "--connections", strconv.Itoa(clients), "--duration", d.String())
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
+	err := cmd.Start()
+	if err == nil {
+		started(cmd.Process.Pid)
+		err = cmd.Wait()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("the load process: %w\n%s", err, strings.TrimSpace(stderr.String()))
 	}
 	var lr LoadResult
@@ -395,7 +444,16 @@ func runLoad(ctx context.Context, exe, plan string, clients int, d time.Duration
 	if len(lr.Latencies) == 0 || lr.Wall <= 0 {
 		return nil, errors.New("the load process made no decision")
 	}
+	lr.LoadCPU = int64(processCPU(cmd.ProcessState))
 	return &lr, nil
+}
+
+// processCPU is the CPU time (user and system) an exited process used.
+func processCPU(ps *os.ProcessState) time.Duration {
+	if ps == nil {
+		return 0
+	}
+	return ps.UserTime() + ps.SystemTime()
 }
 
 // pidsOf are the PIDs of procs in role.

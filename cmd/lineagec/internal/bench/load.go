@@ -37,6 +37,9 @@ type LoadResult struct {
 	// CPU is the CPU time plan.PIDs used in the window; -1 where it could
 	// not be read.
 	CPU int64 `json:"cpu_ns"`
+	// LoadCPU is the CPU time of the load processes themselves, the whole
+	// of their lives (their rusage; the parent fills it in).
+	LoadCPU int64 `json:"-"`
 }
 
 // cpuOf is the CPU time the processes pids have used so far; -1 where it

@@ -27,6 +27,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 
 	"github.com/lineage-guard/lineage"
+	"github.com/lineage-guard/lineage/api"
 	"github.com/lineage-guard/lineage/client"
 	"github.com/lineage-guard/lineage/compiler"
 	"github.com/lineage-guard/lineage/policy"
@@ -60,6 +61,13 @@ type ServeRow struct {
 	// CPUPerDecision is the CPU time the target's server processes used in
 	// its windows over the decisions they made (as deployed, on Linux only).
 	CPUPerDecision int64 `json:"cpu_per_decision_ns,omitempty"`
+	// LoadCPUPerDecision is the CPU time the load processes used, their
+	// whole lives (start-up and report included), over the decisions (as
+	// deployed).
+	LoadCPUPerDecision int64 `json:"load_cpu_per_decision_ns,omitempty"`
+	// Load is what drove the load as deployed: "wrk 4.1.0" (wrk's
+	// version), "lineagec bench load" (the builtin load).
+	Load string `json:"load,omitempty"`
 }
 
 // ServeResult is what a service benchmark measured.
@@ -154,7 +162,7 @@ func RunServe(ctx context.Context, o ServeOptions) (*ServeResult, error) {
 	// The inputs: every agent's decisions once through the runtime, each
 	// decision's query input kept for OPA.
 	say("recording the inputs: %d agents × %d decisions", o.Agents, o.Requests)
-	inputs, mix, err := recordInputs(ctx, newRuns())
+	inputs, _, mix, err := recordInputs(ctx, newRuns())
 	if err != nil {
 		return nil, err
 	}
@@ -256,11 +264,14 @@ func serveRuns(ws []*workload, agents, requests int) []*agentRun {
 
 // recordInputs runs every agent's decisions once through the runtime on a
 // memory store and keeps each decision's query input, as OPA's data API
-// takes it ({"input": ...}), for OPA; and the verdicts' mix. The times differ
-// from a server's clock, which no rule of these policies reads but the
-// extension's input carries.
-func recordInputs(ctx context.Context, runs []*agentRun) ([][][]byte, Mix, error) {
+// takes it ({"input": ...}), for OPA; each decision's op as it resolved
+// (agentRun.next: an approval of a request that was not pending is a free
+// read), for a load that cannot read the verdicts as it goes; and the
+// verdicts' mix. The times differ from a server's clock, which no rule of
+// these policies reads but the extension's input carries.
+func recordInputs(ctx context.Context, runs []*agentRun) ([][][]byte, [][]op, Mix, error) {
 	inputs := make([][][]byte, len(runs))
+	resolved := make([][]op, len(runs))
 	var last []byte
 	rec := runtime.Open(memory.New(), runtime.Options{OnDecision: func(_ string, in ast.Value) {
 		v, err := ast.JSON(in)
@@ -275,22 +286,23 @@ func recordInputs(ctx context.Context, runs []*agentRun) ([][][]byte, Mix, error
 	for i, a := range runs {
 		id, err := rec.CreateAgent(ctx, a.w.compiled, runtime.CreateOptions{At: genesis})
 		if err != nil {
-			return nil, mix, err
+			return nil, nil, mix, err
 		}
 		for k := range a.ops {
 			last = nil
+			resolved[i] = append(resolved[i], a.next(k)) // what decideOne decides
 			v, err := decideOne(ctx, rec, id, a, k)
 			if err != nil {
-				return nil, mix, err
+				return nil, nil, mix, err
 			}
 			if last == nil {
-				return nil, mix, fmt.Errorf("bench serve: agent %d decision %d was not evaluated", i, k)
+				return nil, nil, mix, fmt.Errorf("bench serve: agent %d decision %d was not evaluated", i, k)
 			}
 			inputs[i] = append(inputs[i], last)
 			mix.count(v)
 		}
 	}
-	return inputs, mix, nil
+	return inputs, resolved, mix, nil
 }
 
 // newHTTPClient is the load's client: HTTP/1.1 keep-alive, a connection
@@ -400,19 +412,15 @@ func driveService(ctx context.Context, st store.Store, hc *http.Client, runs []*
 // client, for d at most: requests as agents, approvals as the admin. begin,
 // if not nil, is called once the agents exist, right before the decisions.
 func driveGuard(ctx context.Context, url, tok string, hc *http.Client, runs []*agentRun, clients int, d time.Duration, begin func()) ([]time.Duration, time.Duration, error) {
-	admin, err := client.New(url, tok, hc)
+	admin, created, err := createAgents(ctx, url, tok, hc, runs)
 	if err != nil {
 		return nil, 0, err
 	}
 	ids := make([]string, len(runs))
 	bots := make([]*client.Client, len(runs))
-	for i, a := range runs {
-		created, err := admin.CreateAgent(ctx, a.w.compiled.Document, "", "")
-		if err != nil {
-			return nil, 0, err
-		}
-		ids[i] = created.Agent
-		if bots[i], err = client.New(url, created.Token, hc); err != nil {
+	for i, c := range created {
+		ids[i] = c.Agent
+		if bots[i], err = client.New(url, c.Token, hc); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -435,6 +443,22 @@ func driveGuard(ctx context.Context, url, tok string, hc *http.Client, runs []*a
 		a.saw(o, v)
 		return true, err
 	})
+}
+
+// createAgents creates runs' agents through the guard service at url as
+// the admin (token tok): the admin's client, and each agent's id and token.
+func createAgents(ctx context.Context, url, tok string, hc *http.Client, runs []*agentRun) (*client.Client, []api.Created, error) {
+	admin, err := client.New(url, tok, hc)
+	if err != nil {
+		return nil, nil, err
+	}
+	created := make([]api.Created, len(runs))
+	for i, a := range runs {
+		if created[i], err = admin.CreateAgent(ctx, a.w.compiled.Document, "", ""); err != nil {
+			return nil, nil, err
+		}
+	}
+	return admin, created, nil
 }
 
 // healthFloor times n calls of GET /health of the service on a memory store.

@@ -77,6 +77,8 @@ type benchServeParams struct {
 	opa              string
 	load             string
 	guardCPUProfile  string
+	opaCPUProfile    string
+	memoryGuard      bool
 }
 
 func newBenchServeCmd(g *globalParams) *cobra.Command {
@@ -108,6 +110,11 @@ decisions/s, p50 and p99 of each, the CPU time its server processes spent a
 decision (Linux), and issue 20's targets as ratios: at the most clients the
 guard's throughput over OPA's (goal >= 1.0) and its p99 over OPA's (<= 1.0);
 at the fewest, the guard's p50 over OPA's p50 plus fdatasync's p50 (<= 1.15).
+--memory-guard adds a third target, a second guard on the memory store
+(nothing durable): beside the other two it shows what durability costs
+(its CPU profile, with --guard-cpuprofile FILE, goes to FILE.memory).
+--opa-cpuprofile FILE has each of lineagec's own OPA servers write a CPU
+profile to FILE.<policy>.
 
 With --in-process the load, OPA's server and the guard share this process, and
 the guard runs on the memory store too: (a) OPA, (b) serve on the memory
@@ -133,6 +140,8 @@ client. --gogc and --cpuprofile apply to this mode only.
 	f.StringVar(&p.opa, "opa", "", "the opa executable to run as OPA's server (default: opa on PATH, else builtin; builtin: lineagec's own)")
 	f.StringVar(&p.load, "load", "", "the load generator: a wrk executable (default: wrk on PATH, else builtin; builtin: lineagec's own)")
 	f.StringVar(&p.guardCPUProfile, "guard-cpuprofile", "", "the guard process writes a CPU profile of its whole run to FILE (go tool pprof)")
+	f.StringVar(&p.opaCPUProfile, "opa-cpuprofile", "", "each of lineagec's own OPA servers writes a CPU profile of its whole run to FILE.<policy> (go tool pprof)")
+	f.BoolVar(&p.memoryGuard, "memory-guard", false, "a third target: lineagec serve on the memory store, nothing durable (what durability costs)")
 	return cmd
 }
 

@@ -48,7 +48,8 @@ func runBenchDeployed(ctx context.Context, p benchServeParams, stdout, stderr io
 		}
 	}
 	res, err := bench.RunDeployed(ctx, bench.DeployedOptions{Exe: exe, OPA: opa, Wrk: wrk, Clients: p.clients, Agents: p.agents,
-		Requests: p.requests, Duration: p.duration, Rounds: p.rounds, GuardCPUProfile: p.guardCPUProfile, Progress: stderr})
+		Requests: p.requests, Duration: p.duration, Rounds: p.rounds, GuardCPUProfile: p.guardCPUProfile,
+		OPACPUProfile: p.opaCPUProfile, MemoryGuard: p.memoryGuard, Progress: stderr})
 	if err != nil {
 		return err
 	}
@@ -59,7 +60,7 @@ func runBenchDeployed(ctx context.Context, p benchServeParams, stdout, stderr io
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "target\tconnections\tdecisions/s\tp50\tp99\tCPU a decision\tload\tits CPU a decision\t\n")
 	for _, r := range res.Rows {
-		name := map[string]string{"opa": "OPA server (stateless)", "guard": "lineagec serve (durable)"}[r.Target]
+		name := map[string]string{"opa": "OPA server (stateless)", "guard": "lineagec serve (durable)", "guard-memory": "lineagec serve (memory, not durable)"}[r.Target]
 		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n", name, r.Clients, r.PerSec, ns(r.P50), ns(r.P99), ns(r.CPUPerDecision), r.Load, ns(r.LoadCPUPerDecision))
 	}
 	if err := tw.Flush(); err != nil {
@@ -77,7 +78,7 @@ func runBenchDeployed(ctx context.Context, p benchServeParams, stdout, stderr io
 // newBenchOPAServerCmd is `lineagec bench opa-server` (hidden): OPA's own
 // server from the OPA module lineage is built with, for bench serve.
 func newBenchOPAServerCmd(g *globalParams) *cobra.Command {
-	var addr, dir string
+	var addr, dir, cpuProfile string
 	cmd := &cobra.Command{
 		Use:    "opa-server --addr ADDR --policy-dir DIR",
 		Short:  "Serve the Rego of DIR with OPA's own server (for bench serve)",
@@ -86,11 +87,19 @@ func newBenchOPAServerCmd(g *globalParams) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
+			if cpuProfile != "" {
+				stopProfile, err := benchSetup(-1, cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer stopProfile()
+			}
 			return bench.ServeOPA(ctx, addr, dir, cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:8181", "address to listen on")
 	cmd.Flags().StringVar(&dir, "policy-dir", "", "the directory of the .rego files to serve")
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to FILE (go tool pprof)")
 	return cmd
 }
 

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -52,6 +53,23 @@ func TestBenchServeDeployedWrk(t *testing.T) {
 	}
 }
 
+// TestBenchServeMemoryGuard: --memory-guard adds a third target, a guard on
+// the memory store, a process of its own with rows of its own; and the CPU
+// profiles of the guards and of lineagec's own OPA servers are written.
+func TestBenchServeMemoryGuard(t *testing.T) {
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "cpu")
+	res := benchServeDeployed(t, "builtin", "300ms", "--memory-guard", "--guard-cpuprofile", prof, "--opa-cpuprofile", prof+".opa")
+	if n := countRole(res, "guard-memory"); n != 1 {
+		t.Errorf("%d memory guards, want 1: %+v", n, res.Processes)
+	}
+	for _, f := range []string{prof, prof + ".memory", prof + ".opa.invoice", prof + ".opa.extension"} {
+		if st, err := os.Stat(f); err != nil || st.Size() == 0 {
+			t.Errorf("CPU profile %s: %v (want one written)", f, err)
+		}
+	}
+}
+
 func countRole(res bench.DeployedResult, role string) int {
 	n := 0
 	for _, p := range res.Processes {
@@ -65,7 +83,7 @@ func countRole(res bench.DeployedResult, role string) int {
 // benchServeDeployed runs `lineagec bench serve --json --load load` at a
 // tiny size, rounds of d, checks what every run must have, and returns
 // the result.
-func benchServeDeployed(t *testing.T, load, d string) bench.DeployedResult {
+func benchServeDeployed(t *testing.T, load, d string, extra ...string) bench.DeployedResult {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -77,8 +95,9 @@ func benchServeDeployed(t *testing.T, load, d string) bench.DeployedResult {
 	if err := os.Symlink(os.Args[0], bin); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "bench", "serve", "--json", "--opa", "builtin", "--load", load, "--clients", "1,4", "--agents", "4",
-		"--requests", "20", "--duration", d, "--rounds", "1")
+	args := append([]string{"bench", "serve", "--json", "--opa", "builtin", "--load", load, "--clients", "1,4", "--agents", "4",
+		"--requests", "20", "--duration", d, "--rounds", "1"}, extra...)
+	cmd := exec.Command(bin, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -89,13 +108,20 @@ func benchServeDeployed(t *testing.T, load, d string) bench.DeployedResult {
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("the JSON: %v\n%s", err, out)
 	}
-	if len(res.Rows) != 4 {
+	targets := []string{"opa", "guard"}
+	if slices.Contains(extra, "--memory-guard") {
+		targets = append(targets, "guard-memory")
+	}
+	if len(res.Rows) != 2*len(targets) {
 		t.Fatalf("rows: %+v", res.Rows)
 	}
 	for i, r := range res.Rows {
-		if want := []string{"opa", "guard"}[i%2]; r.Target != want || r.Clients != []int{1, 4}[i/2] || r.Decisions == 0 ||
+		if want := targets[i%len(targets)]; r.Target != want || r.Clients != []int{1, 4}[i/len(targets)] || r.Decisions == 0 ||
 			r.PerSec <= 0 || r.P50 <= 0 || r.P99 < r.P50 || r.Load != res.Load || r.LoadCPUPerDecision <= 0 {
 			t.Errorf("row %d: %+v (want target %s with decisions, load %q)", i, r, want, res.Load)
+		}
+		if (r.DecisionsPerSync > 0) != (r.Target == "guard") {
+			t.Errorf("row %d: %s has %.2f decisions a sync (want some for the guard on the file store only)", i, r.Target, r.DecisionsPerSync)
 		}
 	}
 	names := map[string]bool{}

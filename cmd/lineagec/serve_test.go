@@ -311,3 +311,14 @@ func writeSelfSigned(t *testing.T, certFile, keyFile string) *x509.CertPool {
 	pool.AddCert(cert)
 	return pool
 }
+
+// TestServeMemoryStoreAlone: serve's hidden --memory-store (bench serve's
+// measure of what durability costs) refuses --store beside it, before it
+// touches either.
+func TestServeMemoryStoreAlone(t *testing.T) {
+	var stdout, stderr strings.Builder
+	code := run([]string{"serve", "--memory-store", "--store", "postgres://127.0.0.1:1/none", "--data", t.TempDir()}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "--memory-store and --store") {
+		t.Errorf("exit %d, stderr %q: want 1 and the two flags named", code, stderr.String())
+	}
+}

@@ -46,9 +46,18 @@ type DeployedOptions struct {
 	Rounds   int           // rounds per level, OPA and the guard in turn (default 3)
 	Dir      string        // the guard's data and the sync probe go here ("": a temporary directory)
 	// GuardCPUProfile, if set, is where the guard process writes a CPU
-	// profile of its whole life (serve's hidden --cpuprofile).
+	// profile of its whole life (serve's hidden --cpuprofile); the memory
+	// guard's goes to GuardCPUProfile.memory.
 	GuardCPUProfile string
-	Progress        io.Writer
+	// OPACPUProfile, if set, is where each of lineagec's own OPA servers
+	// writes a CPU profile of its whole life: FILE.<policy>, one a policy
+	// (bench opa-server's --cpuprofile; not with OPA).
+	OPACPUProfile string
+	// MemoryGuard adds a third target, "guard-memory": lineagec serve on
+	// the memory store (serve's hidden --memory-store), nothing durable. It
+	// measures what durability costs the guard, beside the guard and OPA.
+	MemoryGuard bool
+	Progress    io.Writer
 }
 
 // Process is one process the benchmark ran.
@@ -68,8 +77,9 @@ type Target struct {
 }
 
 // DeployedResult is what a deployed benchmark measured. Rows have targets
-// "opa" (OPA's server, stateless) and "guard" (lineagec serve, file store,
-// every verdict durable).
+// "opa" (OPA's server, stateless), "guard" (lineagec serve, file store,
+// every verdict durable) and, with MemoryGuard, "guard-memory" (lineagec
+// serve on the memory store).
 type DeployedResult struct {
 	Workload  Mix        `json:"workload"`
 	Rows      []ServeRow `json:"rows"`
@@ -94,6 +104,9 @@ func (o *DeployedOptions) defaults() error {
 	}
 	if o.Agents < 1 || o.Requests < 1 {
 		return fmt.Errorf("bench serve: agents and requests must be at least 1 (%d, %d)", o.Agents, o.Requests)
+	}
+	if o.OPACPUProfile != "" && o.OPA != "" {
+		return fmt.Errorf("bench serve: a CPU profile of OPA's server needs lineagec's own (--opa builtin), not %s", o.OPA)
 	}
 	return nil
 }
@@ -162,7 +175,11 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 				return nil, err
 			}
 		}
-		p, base, err := startOPAProcess(ctx, o, pdir)
+		profile := ""
+		if o.OPACPUProfile != "" {
+			profile = o.OPACPUProfile + "." + w.name
+		}
+		p, base, err := startOPAProcess(ctx, o, pdir, profile)
 		if err != nil {
 			return nil, err
 		}
@@ -183,50 +200,74 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 		return nil, err
 	}
 
-	// The guard: lineagec serve on the file store in dir, as deployed.
-	data := filepath.Join(dir, "guard")
-	args := []string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--log-level", "error", "--agent-rps", "0"}
+	// The guard: lineagec serve on the file store in dir, as deployed; and
+	// with MemoryGuard a second one on the memory store.
+	type guardProcess struct{ role, base, tok, plan string }
+	startGuard := func(role string, extra ...string) (guardProcess, error) {
+		data := filepath.Join(dir, role)
+		args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data", data, "--log-level", "error", "--agent-rps", "0"}, extra...)
+		p, base, err := startProcess(ctx, role, o.Exe, args, regexp.MustCompile(`serving .* on (http://\S+)`))
+		if err != nil {
+			return guardProcess{}, err
+		}
+		procs = append(procs, p)
+		res.Processes = append(res.Processes, Process{Role: role, PID: p.cmd.Process.Pid})
+		tokFile, err := os.ReadFile(filepath.Join(data, "admin.token"))
+		if err != nil {
+			return guardProcess{}, err
+		}
+		g := guardProcess{role: role, base: base, tok: strings.TrimSpace(string(tokFile)), plan: filepath.Join(dir, role+"-plan.json")}
+		err = writeJSONFile(g.plan, LoadPlan{Target: "guard", URL: base, Token: g.tok,
+			Agents: o.Agents, Requests: o.Requests, PIDs: pidsOf(res.Processes, role)})
+		return g, err
+	}
+	var extra []string
 	if o.GuardCPUProfile != "" {
-		args = append(args, "--cpuprofile", o.GuardCPUProfile)
+		extra = []string{"--cpuprofile", o.GuardCPUProfile}
 	}
-	guard, base, err := startProcess(ctx, "guard", o.Exe, args, regexp.MustCompile(`serving .* on (http://\S+)`))
+	guard, err := startGuard("guard", extra...)
 	if err != nil {
 		return nil, err
 	}
-	procs = append(procs, guard)
-	res.Processes = append(res.Processes, Process{Role: "guard", PID: guard.cmd.Process.Pid})
-	tokFile, err := os.ReadFile(filepath.Join(data, "admin.token"))
-	if err != nil {
-		return nil, err
-	}
-	tok := strings.TrimSpace(string(tokFile))
-	guardPlanFile := filepath.Join(dir, "guard-plan.json")
-	if err := writeJSONFile(guardPlanFile, LoadPlan{Target: "guard", URL: base, Token: tok,
-		Agents: o.Agents, Requests: o.Requests, PIDs: pidsOf(res.Processes, "guard")}); err != nil {
-		return nil, err
+	guards := map[string]guardProcess{"guard": guard}
+	targetNames := []string{"opa", "guard"}
+	if o.MemoryGuard {
+		extra := []string{"--memory-store"}
+		if o.GuardCPUProfile != "" {
+			extra = append(extra, "--cpuprofile", o.GuardCPUProfile+".memory")
+		}
+		if guards["guard-memory"], err = startGuard("guard-memory", extra...); err != nil {
+			return nil, err
+		}
+		targetNames = append(targetNames, "guard-memory")
 	}
 	// One round of a target under the load: the builtin load process on
-	// its plan; or wrk, on the recorded inputs for OPA, and for the guard
-	// on fresh agents this process creates first.
+	// its plan; or wrk, on the recorded inputs for OPA, and for a guard on
+	// fresh agents this process creates first.
 	hc := newHTTPClient()
 	defer hc.CloseIdleConnections()
 	started := func(pid int) { res.Processes = append(res.Processes, Process{Role: "load", PID: pid}) }
-	drive := func(target, plan string, n int) (*LoadResult, error) {
+	drive := func(target string, n int) (*LoadResult, error) {
+		g := guards[target]
 		if o.Wrk == "" {
+			plan := opaPlanFile
+			if target != "opa" {
+				plan = g.plan
+			}
 			return runLoad(ctx, o.Exe, plan, n, o.Duration, started)
 		}
 		if target == "opa" {
 			return runWrk(ctx, o.Wrk, dir, opaWrkTargets(ws, opaBases, inputs), false, opaPlan.PIDs, n, o.Duration, started)
 		}
-		_, created, err := createAgents(ctx, base, tok, hc, serveRuns(ws, o.Agents, o.Requests))
+		_, created, err := createAgents(ctx, g.base, g.tok, hc, serveRuns(ws, o.Agents, o.Requests))
 		if err != nil {
 			return nil, err
 		}
-		reqs, err := guardWrkRequests(created, tok, resolved)
+		reqs, err := guardWrkRequests(created, g.tok, resolved)
 		if err != nil {
 			return nil, err
 		}
-		return runWrk(ctx, o.Wrk, dir, []wrkTarget{{base: base, agents: reqs}}, true, pidsOf(res.Processes, "guard"), n, o.Duration, started)
+		return runWrk(ctx, o.Wrk, dir, []wrkTarget{{base: g.base, agents: reqs}}, true, pidsOf(res.Processes, g.role), n, o.Duration, started)
 	}
 
 	var syncs []time.Duration
@@ -235,20 +276,30 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 		walls := map[string]time.Duration{}
 		cpus := map[string]time.Duration{}
 		loadCPUs := map[string]time.Duration{}
+		commits := map[string]int64{}
 		cpuOK := true
 		for round := 0; round < o.Rounds; round++ {
-			for _, t := range []struct{ name, plan string }{{"opa", opaPlanFile}, {"guard", guardPlanFile}} {
-				lr, err := drive(t.name, t.plan, n)
-				if err != nil {
-					return nil, fmt.Errorf("bench serve: %s, %d connections: %w", t.name, n, err)
+			for _, t := range targetNames {
+				syncsBefore, serr := guardSyncs(ctx, hc, guards[t].base)
+				if serr != nil {
+					return nil, serr
 				}
-				cpus[t.name] += time.Duration(lr.CPU)
-				loadCPUs[t.name] += time.Duration(lr.LoadCPU)
+				lr, err := drive(t, n)
+				if err != nil {
+					return nil, fmt.Errorf("bench serve: %s, %d connections: %w", t, n, err)
+				}
+				syncsAfter, serr := guardSyncs(ctx, hc, guards[t].base)
+				if serr != nil {
+					return nil, serr
+				}
+				commits[t] += syncsAfter - syncsBefore
+				cpus[t] += time.Duration(lr.CPU)
+				loadCPUs[t] += time.Duration(lr.LoadCPU)
 				cpuOK = cpuOK && lr.CPU >= 0
 				for _, l := range lr.Latencies {
-					lats[t.name] = append(lats[t.name], time.Duration(l))
+					lats[t] = append(lats[t], time.Duration(l))
 				}
-				walls[t.name] += time.Duration(lr.Wall)
+				walls[t] += time.Duration(lr.Wall)
 			}
 			s, err := syncFloor(dir, syncSamples)
 			if err != nil {
@@ -256,7 +307,7 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 			}
 			syncs = append(syncs, s...)
 		}
-		for _, t := range []string{"opa", "guard"} {
+		for _, t := range targetNames {
 			r := row(t, n, lats[t], walls[t])
 			r.Load = res.Load
 			if cpuOK && r.Decisions > 0 {
@@ -265,8 +316,15 @@ func RunDeployed(ctx context.Context, o DeployedOptions) (res *DeployedResult, e
 			if r.Decisions > 0 {
 				r.LoadCPUPerDecision = int64(loadCPUs[t]) / int64(r.Decisions)
 			}
+			if commits[t] > 0 {
+				r.DecisionsPerSync = float64(r.Decisions) / float64(commits[t])
+			}
 			res.Rows = append(res.Rows, r)
-			say("%s, CPU %s a decision (the load's: %s)", r, time.Duration(r.CPUPerDecision), time.Duration(r.LoadCPUPerDecision))
+			perSync := ""
+			if r.DecisionsPerSync > 0 {
+				perSync = fmt.Sprintf(", %.1f decisions a sync", r.DecisionsPerSync)
+			}
+			say("%s, CPU %s a decision (the load's: %s)%s", r, time.Duration(r.CPUPerDecision), time.Duration(r.LoadCPUPerDecision), perSync)
 		}
 	}
 	res.SyncP50, res.SyncP99, res.SyncCount = percentile(syncs, 50), percentile(syncs, 99), len(syncs)
@@ -309,6 +367,38 @@ func (res *DeployedResult) targets() {
 		add(fmt.Sprintf("%d connection(s): guard p50 over (OPA's p50 + fdatasync p50)", least),
 			float64(g.P50)/float64(a.P50+res.SyncP50), "<=", 1.15)
 	}
+}
+
+// guardSyncs is the group commits the guard at base has made so far: the
+// count of lineage_store_sync_duration_seconds on its /metrics; 0 for a
+// target that is not a guard on the file store (base "", or no such line).
+func guardSyncs(ctx context.Context, hc *http.Client, base string) (int64, error) {
+	if base == "" {
+		return 0, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("bench serve: the guard's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("bench serve: the guard's metrics: %s %v", resp.Status, err)
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(line, "lineage_store_sync_duration_seconds_count "); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("bench serve: the guard's metrics: %q: %w", line, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, nil
 }
 
 // process is a child process of the benchmark, its stderr kept for errors.
@@ -375,10 +465,13 @@ func startProcess(ctx context.Context, role, exe string, args []string, ready *r
 
 // startOPAProcess starts OPA's server on the modules of pdir and returns
 // its base URL once it answers.
-func startOPAProcess(ctx context.Context, o DeployedOptions, pdir string) (*process, string, error) {
+func startOPAProcess(ctx context.Context, o DeployedOptions, pdir, cpuProfile string) (*process, string, error) {
 	if o.OPA == "" {
-		return startProcess(ctx, "opa", o.Exe, []string{"bench", "opa-server", "--addr", "127.0.0.1:0", "--policy-dir", pdir},
-			regexp.MustCompile(`serving .* on (http://\S+)`))
+		args := []string{"bench", "opa-server", "--addr", "127.0.0.1:0", "--policy-dir", pdir}
+		if cpuProfile != "" {
+			args = append(args, "--cpuprofile", cpuProfile)
+		}
+		return startProcess(ctx, "opa", o.Exe, args, regexp.MustCompile(`serving .* on (http://\S+)`))
 	}
 	// opa itself prints nothing at --log-level error: a free port, then
 	// its /health until it answers.

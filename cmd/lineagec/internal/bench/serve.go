@@ -68,6 +68,11 @@ type ServeRow struct {
 	// Load is what drove the load as deployed: "wrk 4.1.0" (wrk's
 	// version), "lineagec bench load" (the builtin load).
 	Load string `json:"load,omitempty"`
+	// DecisionsPerSync is, for the guard on the file store as deployed,
+	// its decisions over the group commits (journal fdatasyncs) of its
+	// rounds, its /metrics' lineage_store_sync_duration_seconds_count
+	// before and after each; the agents' creation is in the count.
+	DecisionsPerSync float64 `json:"decisions_per_sync,omitempty"`
 }
 
 // ServeResult is what a service benchmark measured.

@@ -213,7 +213,36 @@ const TimeLayout = "2006-01-02T15:04:05.000000000Z"
 
 // MarshalJSON encodes t in TimeLayout.
 func (t Time) MarshalJSON() ([]byte, error) {
-	return []byte(`"` + t.UTC().Format(TimeLayout) + `"`), nil
+	return append(AppendTime(append(make([]byte, 0, len(TimeLayout)+2), '"'), t.Time), '"'), nil
+}
+
+// AppendTime appends t, in UTC, in TimeLayout: what a record's "at" holds.
+// Records are sealed and opened by the million, so the years 0–9999 (every
+// time the runtime holds) are written digit by digit rather than by time's
+// layout interpreter; TestAppendTime holds the two equal.
+func AppendTime(dst []byte, t time.Time) []byte {
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		return t.AppendFormat(dst, TimeLayout)
+	}
+	hour, minute, sec := t.Clock()
+	var b [len(TimeLayout)]byte
+	digits := func(at, v, n int) {
+		for i := at + n - 1; i >= at; i-- {
+			b[i] = byte('0' + v%10)
+			v /= 10
+		}
+	}
+	digits(0, year, 4)
+	digits(5, int(month), 2)
+	digits(8, day, 2)
+	digits(11, hour, 2)
+	digits(14, minute, 2)
+	digits(17, sec, 2)
+	digits(20, t.Nanosecond(), 9)
+	b[4], b[7], b[10], b[13], b[16], b[19], b[29] = '-', '-', 'T', ':', ':', '.', 'Z'
+	return append(dst, b[:]...)
 }
 
 // UnmarshalJSON accepts any RFC 3339 time.

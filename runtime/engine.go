@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -224,7 +225,7 @@ func (e *engine) toolTerm(tool string) *ast.Term {
 // rate-limit figure), so OPA need not convert Go values. Each object is made
 // by one ast.NewObject call with all its members: inserting them one by one
 // costs an allocation per member and regrows the object.
-func (e *engine) input(m mode, id, tool string, cr *checkedRequest, at time.Time, f *folded) (ast.Value, error) {
+func (e *engine) input(m mode, id, tool string, cr *checkedRequest, at time.Time, f *folded, kept *keptTerms) (ast.Value, error) {
 	var members [6][2]*ast.Term
 	top := append(members[:0], ast.Item(kMode, modeTerms[m]), ast.Item(kPendingCount, ast.InternedTerm(len(f.pending))))
 	if kth, ok := f.rateKth(); ok {
@@ -263,7 +264,7 @@ func (e *engine) input(m mode, id, tool string, cr *checkedRequest, at time.Time
 	}
 	var stateMembers [6][2]*ast.Term
 	state := append(stateMembers[:0],
-		ast.Item(kRemaining, ast.IntNumberTerm(int(f.budget-f.spent))),
+		ast.Item(kRemaining, kept.remaining.of(f.budget-f.spent)),
 		ast.Item(kScarScore, ast.IntNumberTerm(int(f.scarScore))),
 		ast.Item(kToolCalls, ast.IntNumberTerm(int(f.calls[tool]))),
 	)
@@ -273,8 +274,8 @@ func (e *engine) input(m mode, id, tool string, cr *checkedRequest, at time.Time
 			calls = append(calls, ast.Item(e.toolTerm(name), ast.IntNumberTerm(int(n))))
 		}
 		state = append(state,
-			ast.Item(kBudget, ast.IntNumberTerm(int(f.budget))),
-			ast.Item(kSpent, ast.IntNumberTerm(int(f.spent))),
+			ast.Item(kBudget, kept.budget.of(f.budget)),
+			ast.Item(kSpent, kept.spent.of(f.spent)),
 			ast.Item(kCalls, ast.NewTerm(ast.NewObject(calls...))),
 		)
 	}
@@ -285,6 +286,28 @@ func (e *engine) input(m mode, id, tool string, cr *checkedRequest, at time.Time
 		}
 	}
 	return ast.NewObject(top...), nil
+}
+
+// keptTerms are the numbers of an agent's input that most decisions leave
+// as they were, kept as Rego terms from one decision to the next (terms are
+// values: an input may share them): the budget never changes, the spent and
+// remaining budget only with a cost, and a number beyond OPA's interned ones
+// costs a term and its text.
+type keptTerms struct {
+	remaining, budget, spent keptNumber
+}
+
+// keptNumber is one number and its term, made anew when the number changes.
+type keptNumber struct {
+	n int64
+	t *ast.Term
+}
+
+func (k *keptNumber) of(n int64) *ast.Term {
+	if k.t == nil || k.n != n {
+		k.n, k.t = n, ast.IntNumberTerm(int(n))
+	}
+	return k.t
 }
 
 // decide evaluates the policy for one input, within the deadline. For a
@@ -327,15 +350,47 @@ func (e *engine) decide(ctx context.Context, m mode, in ast.Value) (decision, er
 	return mapVerdict(t)
 }
 
-// eval evaluates q for one input within the deadline: OPA checks the cancel
-// as it evaluates, and a timer fires it (no goroutine per evaluation, unlike
-// a context deadline).
+// eval evaluates q for one input within the deadline: OPA asks the cancel
+// before each expression it evaluates, and the cancel reads the clock
+// (deadlineCancel); no goroutine per evaluation, unlike a context deadline,
+// and no timer.
 func (e *engine) eval(ctx context.Context, q rego.PreparedEvalQuery, in ast.Value) (rego.ResultSet, error) {
-	cancel := topdown.NewCancel()
-	timer := time.AfterFunc(e.deadline, cancel.Cancel)
-	defer timer.Stop()
+	cancel := &deadlineCancel{deadline: time.Now().Add(e.deadline)}
 	var opts [6]rego.EvalOption
 	return q.Eval(ctx, append(append(opts[:0], e.evalOptions...), rego.EvalExternalCancel(cancel), rego.EvalParsedInput(in))...)
+}
+
+// deadlineCancel is one evaluation's topdown.Cancel, by D411 (the evaluation
+// deadline read from the clock): it says cancelled once the deadline has
+// passed, reading the (monotonic) clock at every cancelCheckEvery-th
+// question. OPA asks from the evaluating goroutine only, before each
+// expression it evaluates and within the loops of builtins that can run
+// long (numbers.range), so an evaluation over the deadline stops within
+// cancelCheckEvery questions of it, where it stopped at the next question
+// after a timer fired. It saves each evaluation a timer's start and stop (a
+// heap timer and an allocation): an evaluation of the generated Rego asks
+// about four times, and so never reads the clock.
+type deadlineCancel struct {
+	deadline time.Time
+	asked    uint32
+	done     atomic.Bool
+}
+
+// cancelCheckEvery is how many of OPA's questions share one reading of the
+// clock.
+const cancelCheckEvery = 16
+
+func (c *deadlineCancel) Cancel() { c.done.Store(true) }
+
+func (c *deadlineCancel) Cancelled() bool {
+	if c.done.Load() {
+		return true
+	}
+	if c.asked++; c.asked%cancelCheckEvery != 0 || time.Now().Before(c.deadline) {
+		return false
+	}
+	c.done.Store(true)
+	return true
 }
 
 func mapVerdict(t *ast.Term) (decision, error) {

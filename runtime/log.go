@@ -251,7 +251,7 @@ func appendCanonicalString(dst []byte, s string) []byte {
 // checks stored lines against the library's own canonicalization.
 func envelope(dst []byte, seq uint64, at lineage.Time, kind lineage.Kind, prev string, body []byte, hash string) []byte {
 	dst = append(dst, `{"at":"`...)
-	dst = at.UTC().AppendFormat(dst, lineage.TimeLayout)
+	dst = lineage.AppendTime(dst, at.Time)
 	dst = append(dst, `","body":`...)
 	dst = append(dst, body...)
 	if hash != "" {
@@ -365,7 +365,7 @@ func openRecordFast(line []byte, seq uint64, prev string, scratch *[]byte) (line
 	}
 	t := lineage.Time{Time: at}
 	var canonTime [timeLen]byte
-	if !bytes.Equal(t.UTC().AppendFormat(canonTime[:0], lineage.TimeLayout), timeText) {
+	if !bytes.Equal(lineage.AppendTime(canonTime[:0], t.Time), timeText) {
 		return openRecord(line, seq, prev)
 	}
 	// The unsigned record is the line without its hash member.

@@ -98,13 +98,18 @@ func badRequest(format string, a ...any) error {
 
 var emptyObject = []byte("{}")
 
+// emptyArgs is the args of a request without any as a Rego value: one object
+// that every such request shares, as the engine's request objects are shared
+// (OPA never changes a value it is given), so such a request allocates none.
+var emptyArgs ast.Value = ast.NewObject()
+
 // checkRequest validates a request; nothing about it is recorded when it fails.
 func checkRequest(req lineage.Request) (*checkedRequest, error) {
 	if err := checkIDTool(req.ID, req.Tool); err != nil {
 		return nil, err
 	}
 	if len(req.Args) == 0 {
-		return &checkedRequest{id: req.ID, tool: req.Tool, canonArgs: emptyObject, argsValue: ast.NewObject()}, nil
+		return &checkedRequest{id: req.ID, tool: req.Tool, canonArgs: emptyObject, argsValue: emptyArgs}, nil
 	}
 	args := req.Args
 	if err := checkValue(args); err != nil {

@@ -85,6 +85,8 @@ type agent struct {
 	id  string
 	f   *folded
 	eng *engine
+	// kept are terms of its inputs that outlive a decision (under mu).
+	kept keptTerms
 	// gone (under mu) says the agent left the table, evicted or dropped
 	// after a failed append: its state is no longer used.
 	gone bool
@@ -456,7 +458,7 @@ func (r *Runtime) request(ctx context.Context, a *agent, cr *checkedRequest, req
 	if id == "" {
 		id = "req_" + strconv.FormatUint(seq, 10) // unique: callers cannot use this form (D17: assigned ids)
 	}
-	in, err := a.eng.input(modeRequest, id, cr.tool, cr, at, a.f)
+	in, err := a.eng.input(modeRequest, id, cr.tool, cr, at, a.f, &a.kept)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -571,7 +573,7 @@ func (r *Runtime) pending(ctx context.Context, a *agent, ap Approval, m mode) (o
 		return outcome{}, fmt.Errorf("agent %s: pending request %q: %w", a.id, req.ID, err)
 	}
 	setTool(ctx, req.Tool)
-	in, err := a.eng.input(m, req.ID, req.Tool, cr, at, a.f)
+	in, err := a.eng.input(m, req.ID, req.Tool, cr, at, a.f, &a.kept)
 	if err != nil {
 		return outcome{}, err
 	}

@@ -9,8 +9,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/open-policy-agent/opa/v1/ast"
-
 	"github.com/lineage-guard/lineage"
 	"github.com/lineage-guard/lineage/policy"
 )
@@ -119,7 +117,7 @@ func (s *Scratch) checkCanonical(req CanonicalRequest) (*checkedRequest, error) 
 	}
 	args := req.Args.b
 	if args == nil {
-		return &checkedRequest{id: req.ID, tool: req.Tool, canonArgs: emptyObject, argsValue: ast.NewObject()}, nil
+		return &checkedRequest{id: req.ID, tool: req.Tool, canonArgs: emptyObject, argsValue: emptyArgs}, nil
 	}
 	if n := len(args) + len(req.ID) + len(req.Tool); n > MaxRequestBytes {
 		return nil, badRequest("request is %d bytes, over the limit of %d", n, MaxRequestBytes)

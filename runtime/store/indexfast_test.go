@@ -117,3 +117,19 @@ func FuzzIndexChangeFast(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, rec string) { checkIndexChangeFast(t, rec) })
 }
+
+// BenchmarkIndexChangeOf reads the records a decision appends, as the
+// memory and file stores' indexes do on every append.
+func BenchmarkIndexChangeOf(b *testing.B) {
+	for _, c := range []struct{ name, rec string }{{"action", actionRecord}, {"pending", pendingRecord}, {"approval", approvalRecord}} {
+		b.Run(c.name, func(b *testing.B) {
+			rec := []byte(c.rec)
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if _, err := IndexChangeOf("agt", 3, rec); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -2,5 +2,5 @@
 
 package bench
 
-// cpuTime is not read here: BenchmarkCompile reports 0 CPU time.
+// cpuTime is not read here: the benchmarks report 0 CPU time.
 func cpuTime() int64 { return 0 }

@@ -32,12 +32,15 @@ type commitReq struct {
 // next batch, so under load one sync covers as many appends as arrived during
 // the previous one.
 //
-// An appender that finds no batch being synced runs its own batch on its own
-// goroutine (it leads); else the run goroutine takes the next batch once the
-// one in flight is durable. Leading saves the two hand-offs of a lone append
-// (waking the run goroutine, and being woken by it), which at one connection
-// were most of what the guard adds to a sync (D419: a lone append syncs on
-// its own goroutine).
+// An appender that finds the committer idle (no batch being synced, the run
+// goroutine waiting) runs its own batch on its own goroutine: it leads. Else
+// the run goroutine takes the next batch once the one in flight is durable,
+// and goes on taking batches while appends keep arriving, as it did alone.
+// Leading saves the two hand-offs of a lone append (waking the run goroutine,
+// and being woken by it), which at one connection were most of what the
+// guard adds to a sync; under load the run goroutine keeps the commits going
+// back to back, without a hand-off between leaders (D419: a lone append
+// syncs on its own goroutine).
 type committer struct {
 	s    *Store
 	mode atomic.Int32 // SyncFiles, SyncFS or SyncJournal; changed only under syncing
@@ -49,7 +52,10 @@ type committer struct {
 	// syncing is held by whoever takes and syncs a batch (the run goroutine
 	// or a leading appender) and guards everything below it but the atomics.
 	syncing sync.Mutex
-	spare   []*fileLog // the last batch's slice, reused
+	// busy is set while the run goroutine is taking batches: appenders then
+	// leave the next batch to it rather than lead.
+	busy  atomic.Bool
+	spare []*fileLog // the last batch's slice, reused
 
 	kick   chan struct{} // cap 1: "the queue is not empty"
 	stop   chan struct{}
@@ -113,8 +119,8 @@ func (c *committer) commit(l *fileLog) error {
 	c.queue = append(c.queue, l)
 	done := c.done
 	c.mu.Unlock()
-	if c.syncing.TryLock() {
-		// No batch is being synced: lead. The batch taken holds l, unless
+	if !c.busy.Load() && c.syncing.TryLock() {
+		// The committer is idle: lead. The batch taken holds l, unless
 		// another leader took l along and has synced it already (done is then
 		// closed and the queue may be empty).
 		c.syncNext()
@@ -135,14 +141,14 @@ func (c *committer) wake() {
 	}
 }
 
-// syncNext takes the queued batch, if any, makes it durable and wakes it.
-// The caller holds syncing.
-func (c *committer) syncNext() {
+// syncNext takes the queued batch, if any, makes it durable and wakes it;
+// it says whether there was one. The caller holds syncing.
+func (c *committer) syncNext() bool {
 	c.mu.Lock()
 	batch, done := c.queue, c.done
 	if len(batch) == 0 {
 		c.mu.Unlock()
-		return
+		return false
 	}
 	c.queue, c.done = c.spare[:0], make(chan struct{})
 	c.mu.Unlock()
@@ -155,6 +161,7 @@ func (c *committer) syncNext() {
 	close(done)
 	clear(batch)
 	c.spare = batch
+	return true
 }
 
 // checkpointIfDue checkpoints the journal once it has grown to a
@@ -188,7 +195,8 @@ func (c *committer) close() error {
 	return errors.Join(append(errs, c.journal.Close())...)
 }
 
-// run syncs the batches that queue while another is in flight.
+// run syncs the batches that queue while another is in flight, back to
+// back while appends keep arriving.
 func (c *committer) run() {
 	defer close(c.exited)
 	for {
@@ -198,8 +206,14 @@ func (c *committer) run() {
 			return
 		}
 		c.syncing.Lock()
-		c.syncNext()
+		c.busy.Store(true)
+		for c.syncNext() {
+			c.checkpointIfDue()
+		}
 		c.checkpointIfDue()
+		// An append queued after the queue was seen empty either sees busy
+		// and wakes this goroutine, or fails to take syncing and wakes it.
+		c.busy.Store(false)
 		c.syncing.Unlock()
 	}
 }

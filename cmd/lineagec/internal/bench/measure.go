@@ -52,12 +52,9 @@ func drive(ctx context.Context, n, workers int, do func(agent, k int) (lineage.V
 	}
 	wg.Wait()
 	wall := time.Since(start)
-	var all []time.Duration
-	for w := range lats {
-		if errs[w] != nil {
-			return nil, 0, errs[w]
-		}
-		all = append(all, lats[w]...)
+	all, err := joinWorkers(lats, errs)
+	if err != nil {
+		return nil, 0, err
 	}
 	return all, wall, nil
 }
@@ -228,4 +225,17 @@ func percentile(d []time.Duration, p int) int64 {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	i := (len(s) - 1) * p / 100
 	return int64(s[i])
+}
+
+// joinWorkers is the latencies the workers of a run measured, in one slice,
+// or the first worker's error.
+func joinWorkers(lats [][]time.Duration, errs []error) ([]time.Duration, error) {
+	var all []time.Duration
+	for w := range lats {
+		if errs[w] != nil {
+			return nil, errs[w]
+		}
+		all = append(all, lats[w]...)
+	}
+	return all, nil
 }

@@ -377,12 +377,9 @@ func driveFor(ctx context.Context, agents, clients int, d time.Duration, do func
 	}
 	wg.Wait()
 	wall := time.Since(start)
-	var all []time.Duration
-	for w := range lats {
-		if errs[w] != nil {
-			return nil, 0, errs[w]
-		}
-		all = append(all, lats[w]...)
+	all, err := joinWorkers(lats, errs)
+	if err != nil {
+		return nil, 0, err
 	}
 	return all, wall, nil
 }

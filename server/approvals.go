@@ -96,8 +96,15 @@ func (s *Server) pending(w http.ResponseWriter, r *http.Request, _ api.Principal
 	}
 	rows := make([]api.Pending, 0, len(list))
 	for _, p := range list {
-		rows = append(rows, api.Pending{Agent: p.Agent, Name: p.Name, RequestID: p.RequestID,
-			Tool: p.Tool, Args: argsOrEmpty(p.Args), At: lineage.Time{Time: p.At}, Cost: p.Cost})
+		rows = append(rows, PendingOf(p))
 	}
 	return writeJSON(w, http.StatusOK, listBody{"pending": rows, "next_cursor": nextCursor(next)})
+}
+
+// PendingOf is a row of the store's pending index as the wire gives it: the
+// one conversion of GET /v1/pending and of lineagec pending on a local
+// store, so that both hops show a request alike (args {} where it has none).
+func PendingOf(p runtime.PendingRow) api.Pending {
+	return api.Pending{Agent: p.Agent, Name: p.Name, RequestID: p.RequestID,
+		Tool: p.Tool, Args: argsOrEmpty(p.Args), At: lineage.Time{Time: p.At}, Cost: p.Cost}
 }

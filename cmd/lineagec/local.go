@@ -148,8 +148,7 @@ func (l *localGuard) PendingPage(_ context.Context, p client.Page) ([]api.Pendin
 	}
 	out := make([]api.Pending, len(rows))
 	for i, r := range rows {
-		out[i] = api.Pending{Agent: r.Agent, Name: r.Name, RequestID: r.RequestID, Tool: r.Tool,
-			Args: r.Args, At: lineage.Time{Time: r.At}, Cost: r.Cost}
+		out[i] = server.PendingOf(r)
 	}
 	return out, next, nil
 }

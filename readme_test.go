@@ -272,6 +272,13 @@ func TestReadmeGoProgram(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The module graph of this module, loaded once with the proxy the test
+	// runs with: on a fresh module cache it fetches the go.mod files the graph
+	// names (unpruned modules such as jcs name testify's), which a build
+	// from the cache alone then finds. Nothing beyond this module's graph.
+	if out, err := exec.Command("go", "list", "-m", "all").CombinedOutput(); err != nil {
+		t.Fatalf("go list -m all: %v\n%s", err, out)
+	}
 	goCmd := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command("go", args...)

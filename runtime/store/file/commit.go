@@ -69,6 +69,7 @@ type committer struct {
 	journal    *os.File
 	jkept      int64 // bytes at the start that checkpoints keep (see Store.damaged)
 	jsize      int64 // bytes of acknowledged entries, jkept included
+	jalloc     int64 // the file's size: jsize, then zeros (see JournalSlack)
 	jbuf       []byte
 	checkpoint int64 // journal bytes that trigger a checkpoint
 	jerr       error // sticky: the journal could not be cut back after a failure
@@ -105,6 +106,7 @@ func newCommitter(s *Store, mode SyncMode, journal *os.File, kept, checkpoint in
 		journal:    journal,
 		jkept:      kept,
 		jsize:      kept,
+		jalloc:     kept,
 		checkpoint: checkpoint,
 	}
 	c.mode.Store(int32(mode))
@@ -191,6 +193,14 @@ func (c *committer) close() error {
 		errs = append(errs, c.jerr)
 	case c.jsize > c.jkept && !c.noCheckpoint:
 		errs = append(errs, c.checkpointNow())
+	}
+	if c.jerr == nil && c.jalloc > c.jsize {
+		// A closed store's journal holds its entries only, not a zero tail.
+		err := c.journal.Truncate(c.jsize)
+		if err == nil {
+			err = fdatasync(c.journal)
+		}
+		errs = append(errs, err)
 	}
 	return errors.Join(append(errs, c.journal.Close())...)
 }
@@ -354,7 +364,15 @@ func (c *committer) syncJournal(batch []*fileLog) {
 		}
 	}
 	var err error
-	if len(buf) > 0 {
+	if end := c.jsize + int64(len(buf)); len(buf) > 0 && end > c.jalloc {
+		// Room for this batch and the next ones, zero and allocated: their
+		// writes then change no size (D421: the journal is written in place).
+		slack := min(JournalSlack, c.checkpoint)
+		if err = allocate(c.journal, c.jalloc, end+slack-c.jalloc); err == nil {
+			c.jalloc = end + slack
+		}
+	}
+	if len(buf) > 0 && err == nil {
 		if _, err = c.journal.WriteAt(buf, c.jsize); err == nil {
 			if h := c.s.opts.hooks; h != nil && h.journal != nil {
 				err = h.journal(buf)
@@ -365,10 +383,15 @@ func (c *committer) syncJournal(batch []*fileLog) {
 		}
 	}
 	if err != nil {
-		if terr := c.journal.Truncate(c.jsize); terr != nil {
+		// Cut back to the acknowledged entries, the zero tail too: the next
+		// batch allocates again.
+		terr := c.journal.Truncate(c.jsize)
+		if terr == nil {
+			c.jalloc = c.jsize
+			terr = fdatasync(c.journal)
+		}
+		if terr != nil {
 			c.jerr = fmt.Errorf("%w: journal: cutting off a failed batch: %v", ErrBroken, terr)
-		} else if serr := fdatasync(c.journal); serr != nil {
-			c.jerr = fmt.Errorf("%w: journal: cutting off a failed batch: %v", ErrBroken, serr)
 		}
 		for _, l := range ok {
 			l.req.err = fmt.Errorf("journal: %w", err)
@@ -469,7 +492,7 @@ func (c *committer) checkpointNow() error {
 		c.jerr = fmt.Errorf("%w: journal: checkpoint: %v", ErrBroken, err)
 		return c.jerr
 	}
-	c.jsize = c.jkept
+	c.jsize, c.jalloc = c.jkept, c.jkept
 	clear(c.logged)
 	c.checkpoints.Add(1)
 	return nil

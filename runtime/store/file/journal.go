@@ -39,6 +39,16 @@ import (
 // before the next). Damage elsewhere (a flipped byte, a zeroed block) costs
 // the entries it hits: reading resumes at the next whole entry, and opening
 // the store keeps every record the logs hold intact (see planReplay).
+//
+// The journal is written in place: the file is kept up to JournalSlack bytes
+// longer than its entries, the rest zero and allocated (fallocate), so that
+// a batch's write changes no file size. On ext4 an fdatasync after a write
+// that grows a file must commit the new size to the file system's own
+// journal; one after a write into allocated space need not, and cost here
+// about a third less time and CPU (D421: the journal is written in place).
+// The entries therefore end at the zero tail, not at the file's end: every
+// entry ends in a newline, so the last nonzero byte ends the last entry, and
+// a reader drops the zeros after it before it reads.
 
 // JournalName is the journal's file name in the store's directory (a
 // leading dot: no agent id can take it).
@@ -47,6 +57,11 @@ const JournalName = ".journal"
 // DefaultCheckpointBytes is how much journal a Store lets accumulate
 // before it syncs the logs and empties it.
 const DefaultCheckpointBytes = 64 << 20
+
+// JournalSlack is how far past its entries the journal's file is allocated
+// (zero) at most: what a batch that finds too little room allocates past
+// itself, and so what a reader may read beyond the entries.
+const JournalSlack = 1 << 20
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -80,12 +95,14 @@ type journalEntry struct {
 // damage in the middle of the journal costs the entries it hit and no others.
 // damaged says whether such a region was found with entries after it (a bad
 // region at the end is a torn write that was never acknowledged, or damage
-// that cannot be told from one).
-func readJournal(r io.Reader) (entries []journalEntry, damaged bool, err error) {
+// that cannot be told from one). used is where the zero tail starts: the
+// bytes entries were written to, damaged or not.
+func readJournal(r io.Reader) (entries []journalEntry, damaged bool, used int, err error) {
 	data, err := io.ReadAll(r)
 	if err != nil {
-		return nil, false, err
+		return nil, false, 0, err
 	}
+	data = bytes.TrimRight(data, "\x00")
 	for off := 0; off+entryHeader <= len(data); {
 		if e, n, ok := parseEntry(data[off:]); ok {
 			entries = append(entries, e)
@@ -104,7 +121,20 @@ func readJournal(r io.Reader) (entries []journalEntry, damaged bool, err error) 
 		}
 		damaged, off = true, next
 	}
-	return entries, damaged, nil
+	return entries, damaged, len(data), nil
+}
+
+// writeZeros writes n zero bytes to f at off.
+func writeZeros(f *os.File, off, n int64) error {
+	zeros := make([]byte, min(n, 1<<20))
+	for n > 0 {
+		k := min(n, int64(len(zeros)))
+		if _, err := f.WriteAt(zeros[:k], off); err != nil {
+			return err
+		}
+		off, n = off+k, n-k
+	}
+	return nil
 }
 
 // minPayload is the smallest entry payload: a one-byte agent id, a first seq
@@ -154,12 +184,7 @@ func (s *Store) openJournal() (f *os.File, kept int64, damaged map[string]error,
 	if err != nil {
 		return nil, 0, nil, fmt.Errorf("store: journal: %w", err)
 	}
-	entries, hurt, err := readJournal(f)
-	if err != nil {
-		f.Close()
-		return nil, 0, nil, fmt.Errorf("store: journal %s: %w", path, err)
-	}
-	st, err := f.Stat()
+	entries, hurt, used, err := readJournal(f)
 	if err != nil {
 		f.Close()
 		return nil, 0, nil, fmt.Errorf("store: journal %s: %w", path, err)
@@ -180,7 +205,7 @@ func (s *Store) openJournal() (f *os.File, kept int64, damaged map[string]error,
 			}
 		}
 	}
-	if hurt || (st.Size() > 0 && len(entries) == 0) {
+	if hurt || (used > 0 && len(entries) == 0) {
 		// Entries lost to damage may have been the only durable copy of
 		// records that the logs hold in the page cache: make every log
 		// durable before the journal is emptied.
@@ -498,7 +523,7 @@ func (s *Store) readOnlyJournal() (map[string]journalLog, error) {
 		return nil, fmt.Errorf("store: journal: %w", err)
 	}
 	defer f.Close()
-	entries, _, err := readJournal(f)
+	entries, _, _, err := readJournal(f)
 	if err != nil || len(entries) == 0 {
 		return nil, err
 	}

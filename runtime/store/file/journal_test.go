@@ -35,6 +35,11 @@ func readFile(t testing.TB, path string) []byte {
 	return b
 }
 
+// zeroTail returns where the journal image b's zero tail starts: the end of
+// the bytes its entries were written to (D421: the journal is written in
+// place).
+func zeroTail(b []byte) int { return len(bytes.TrimRight(b, "\x00")) }
+
 func writeFile(t testing.TB, path string, b []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, b, 0o644); err != nil {
@@ -46,7 +51,8 @@ func writeFile(t testing.TB, path string, b []byte) {
 // agt_a (over three appends) and 0-2 of agt_b acknowledged and in the journal,
 // the logs cut back to what a sync reached before (agt_a after record 1, with
 // half of record 2 torn; agt_b after record 0), and a torn entry at the end of
-// the journal (an append that was never acknowledged).
+// the journal (an append that was never acknowledged), written in place into
+// its zero tail.
 func crashedStore(t *testing.T) string {
 	dir := t.TempDir()
 	s := openJournaled(t, dir, Options{})
@@ -70,7 +76,12 @@ func crashedStore(t *testing.T) string {
 	writeFile(t, s.Path("agt_a"), append(logA, torn[:len(torn)/2]...))
 	writeFile(t, s.Path("agt_b"), logB)
 	unacked := appendEntry(nil, "agt_a", 5, append(rec("agt_a", 5), '\n'))
-	writeFile(t, filepath.Join(dir, JournalName), append(journal, unacked[:len(unacked)-3]...))
+	used := zeroTail(journal)
+	if len(journal)-used < len(unacked) {
+		t.Fatalf("the live journal is %d bytes, its entries %d: want a zero tail past them that takes the next entry", len(journal), used)
+	}
+	copy(journal[used:], unacked[:len(unacked)-3])
+	writeFile(t, filepath.Join(dir, JournalName), journal)
 	return dir
 }
 
@@ -333,8 +344,8 @@ func TestJournalCheckpoint(t *testing.T) {
 	mustCreate(t, s, "agt_a")
 	for seq := uint64(0); seq < 60; seq++ {
 		mustAppend(t, s, "agt_a", seq, 1)
-		if st, _ := os.Stat(filepath.Join(dir, JournalName)); st.Size() > 1024+200 {
-			t.Fatalf("journal at %d bytes after record %d, want at most one record past 1 KiB", st.Size(), seq)
+		if n := zeroTail(readFile(t, filepath.Join(dir, JournalName))); n > 1024+200 {
+			t.Fatalf("journal entries of %d bytes after record %d, want at most one record past 1 KiB", n, seq)
 		}
 	}
 	if n := s.commit.checkpoints.Load(); n < 2 {
@@ -344,6 +355,48 @@ func TestJournalCheckpoint(t *testing.T) {
 	s = openJournaled(t, dir, Options{})
 	defer s.Close()
 	wantLog(t, s, "agt_a", 60)
+}
+
+// TestJournalWrittenInPlace: a batch writes into the zero tail the journal's
+// file already has, so the file's size does not change from one batch to the
+// next while there is room (D421: the journal is written in place); the
+// tail is at most JournalSlack; reading the live journal gives its entries
+// and stops at the tail; Close leaves no tail.
+func TestJournalWrittenInPlace(t *testing.T) {
+	dir := t.TempDir()
+	s := openJournaled(t, dir, Options{})
+	mustCreate(t, s, "agt_a")
+	size := func() int64 {
+		st, err := os.Stat(filepath.Join(dir, JournalName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Size()
+	}
+	mustAppend(t, s, "agt_a", 0, 1) // a log's first records are synced with it, not journaled (D41: crash-safe create)
+	mustAppend(t, s, "agt_a", 1, 1)
+	first := size()
+	if used := zeroTail(readFile(t, filepath.Join(dir, JournalName))); first <= int64(used) || first-int64(used) > JournalSlack {
+		t.Fatalf("journal of %d bytes with %d of entries: want a zero tail of at most %d", first, used, JournalSlack)
+	}
+	for seq := uint64(2); seq < 40; seq++ {
+		mustAppend(t, s, "agt_a", seq, 1)
+		if got := size(); got != first {
+			t.Fatalf("the journal went from %d to %d bytes at record %d, with room left", first, got, seq)
+		}
+	}
+	j := readFile(t, filepath.Join(dir, JournalName))
+	entries, damaged, used, err := readJournal(bytes.NewReader(j))
+	if err != nil || damaged || len(entries) != 39 || used != zeroTail(j) || entries[38].firstSeq != 39 {
+		t.Fatalf("reading the live journal: %d entries (damaged %v, %d of %d bytes used, %v), want records 1-39 in 39 entries, up to its zero tail",
+			len(entries), damaged, used, len(j), err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := size(); got != 0 {
+		t.Fatalf("Close left %d bytes of journal, want none", got)
+	}
 }
 
 // TestJournalFailure: when the journal write fails, the append fails, its
@@ -399,7 +452,10 @@ func TestReadJournalGarbage(t *testing.T) {
 				b = append(b, byte(r.IntN(256)))
 			}
 		}
-		entries, _, err := readJournal(bytes.NewReader(b))
+		if i%2 == 1 { // and the zero tail of a journal written in place
+			b = append(b, make([]byte, r.IntN(5000))...)
+		}
+		entries, _, _, err := readJournal(bytes.NewReader(b))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -457,7 +513,14 @@ func newSweepImage(t *testing.T, perAgent int) sweepImage {
 		img.acked[id] = 3 + perAgent
 		img.files[id+Ext] = readFile(t, s.Path(id))
 	}
-	img.files[JournalName] = readFile(t, filepath.Join(dir, JournalName))
+	journal := readFile(t, filepath.Join(dir, JournalName))
+	// The journal as a crash leaves it, its zero tail cut to 4 KiB (the sweep
+	// damages its entries; a reader of each image need not read 1 MiB of
+	// zeros).
+	if used := zeroTail(journal); len(journal) > used+4096 {
+		journal = journal[:used+4096]
+	}
+	img.files[JournalName] = journal
 	s.Close()
 	return img
 }
@@ -536,33 +599,34 @@ func TestJournalDamageSweep(t *testing.T) {
 	}
 	img := newSweepImage(t, perAgent)
 	journal := img.files[JournalName]
-	if len(journal) < 3*4096 {
-		t.Fatalf("journal of %d bytes: too small for the sweep", len(journal))
+	used := zeroTail(journal) // the entries; a zero tail follows them
+	if used < 3*4096 {
+		t.Fatalf("journal entries of %d bytes: too small for the sweep", used)
 	}
 	dir := t.TempDir()
 	damaged := make([]byte, len(journal))
-	mid := len(journal)/2 - window/2
+	mid := used/2 - window/2
 	flips, lost := 0, 0
 	for off := mid; off < mid+window; off += stride {
 		copy(damaged, journal)
 		damaged[off] ^= 0xff
 		for _, lostTails := range []bool{false, true} {
 			img.write(t, dir, damaged, lostTails)
-			lost += img.check(t, dir, fmt.Sprintf("byte %d of %d flipped (tails lost %v)", off, len(journal), lostTails), !lostTails, flips%writerEvery == 0)
+			lost += img.check(t, dir, fmt.Sprintf("byte %d of %d flipped (tails lost %v)", off, used, lostTails), !lostTails, flips%writerEvery == 0)
 		}
 		flips++
 	}
-	for _, off := range []int{len(journal) / 5, len(journal)/3 + 1, len(journal)/2 - 2048, len(journal) - 4096 - 8191} {
+	for _, off := range []int{used / 5, used/3 + 1, used/2 - 2048, used - 4096 - 8191} {
 		copy(damaged, journal)
 		clear(damaged[off : off+4096])
 		for _, lostTails := range []bool{false, true} {
 			img.write(t, dir, damaged, lostTails)
-			lost += img.check(t, dir, fmt.Sprintf("4 KiB zeroed at byte %d of %d (tails lost %v)", off, len(journal), lostTails), !lostTails, true)
+			lost += img.check(t, dir, fmt.Sprintf("4 KiB zeroed at byte %d of %d (tails lost %v)", off, used, lostTails), !lostTails, true)
 		}
 	}
 	if lost == 0 {
 		t.Fatal("no record was ever lost from both copies: the sweep does not reach the journal's records")
 	}
-	t.Logf("%d flips in a %d-byte journal (1 in %d also replayed by a writer) and 4 zeroed blocks: nothing intact lost; %d records not shown, each loss reported at its first missing seq",
-		flips, len(journal), writerEvery, lost)
+	t.Logf("%d flips in %d bytes of journal entries (1 in %d also replayed by a writer) and 4 zeroed blocks: nothing intact lost; %d records not shown, each loss reported at its first missing seq",
+		flips, used, writerEvery, lost)
 }

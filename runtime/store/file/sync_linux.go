@@ -59,5 +59,25 @@ func syncfsTrusted(d *os.File) bool {
 	return false
 }
 
+// allocate makes f at least off+n bytes long, the new bytes zero and their
+// blocks allocated, so that writes into them change no size (see the
+// journal's zero tail). Where the file system has no fallocate(2) it writes
+// the zeros.
+func allocate(f *os.File, off, n int64) error {
+	for {
+		err := unix.Fallocate(int(f.Fd()), 0, off, n)
+		switch {
+		case err == nil:
+			return nil
+		case err == unix.EINTR:
+			continue
+		case err == unix.EOPNOTSUPP || err == unix.ENOSYS:
+			return writeZeros(f, off, n)
+		default:
+			return &os.PathError{Op: "fallocate", Path: f.Name(), Err: err}
+		}
+	}
+}
+
 // syncDir makes d's entries durable.
 func syncDir(d *os.File) error { return d.Sync() }

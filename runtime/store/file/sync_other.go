@@ -11,6 +11,10 @@ import (
 // fdatasync makes f durable; outside Linux, with fsync.
 func fdatasync(f *os.File) error { return f.Sync() }
 
+// allocate makes f at least off+n bytes long, the new bytes zero (see the
+// journal's zero tail); outside Linux, by writing them.
+func allocate(f *os.File, off, n int64) error { return writeZeros(f, off, n) }
+
 // syncfs is Linux only; elsewhere the store syncs each file.
 func syncfs(*os.File) error { return errNoSyncfs }
 

@@ -56,6 +56,9 @@ type committer struct {
 	// leave the next batch to it rather than lead.
 	busy  atomic.Bool
 	spare []*fileLog // the last batch's slice, reused
+	// runQueues tells a busy committer whether the CPUs are saturated
+	// (settle).
+	runQueues *runQueues
 
 	kick   chan struct{} // cap 1: "the queue is not empty"
 	stop   chan struct{}
@@ -108,6 +111,7 @@ func newCommitter(s *Store, mode SyncMode, journal *os.File, kept, checkpoint in
 		jsize:      kept,
 		jalloc:     kept,
 		checkpoint: checkpoint,
+		runQueues:  newRunQueues(),
 	}
 	c.mode.Store(int32(mode))
 	go c.run()
@@ -217,7 +221,13 @@ func (c *committer) run() {
 		}
 		c.syncing.Lock()
 		c.busy.Store(true)
-		for c.syncNext() {
+		for {
+			// Let the decisions on their way append first (D422: a busy
+			// committer waits while the CPUs are saturated).
+			settle(c.runQueues.saturated, time.Now, time.Sleep, settlePoll, settleMax)
+			if !c.syncNext() {
+				break
+			}
 			c.checkpointIfDue()
 		}
 		c.checkpointIfDue()

@@ -115,9 +115,10 @@ func (r *wrkRun) err() error {
 
 // latencies are the round's decisions' latencies as wrk's distribution
 // gives them: decision j of n takes reported quantile ⌊j·Q/n⌋ of the Q the
-// script reports (the one at (⌊j·Q/n⌋+½)/Q: within 1/Q of j/n). wrk's distribution is corrected for coordinated
-// omission (an answer slower than the mean interval a connection stands
-// for samples it held back), as wrk's own percentiles are.
+// script reports (the one at (⌊j·Q/n⌋+½)/Q: within 1/Q of j/n). wrk's
+// distribution is corrected for coordinated omission (an answer slower than
+// the mean interval a connection stands for samples it held back), as wrk's
+// own percentiles are.
 func (r *wrkRun) latencies() []int64 {
 	n := int(r.Requests)
 	out := make([]int64, n)
